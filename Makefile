@@ -1,0 +1,59 @@
+# fspair: one Go module, BPF C compiled by bpf2go (objects committed).
+# Tool versions are pinned here and in go.mod (the `tool` line for bpf2go).
+
+GO        ?= go
+BIN       := bin/fspair_exporter
+PROMTOOL  ?= promtool
+# Time given to each fuzz target in `make fuzz` (the seed corpora also run in `make test`).
+FUZZTIME  ?= 10m
+LAB_CACHE ?= /var/cache/fspair-lab
+
+export GOFLAGS := -mod=mod
+
+.PHONY: all build generate check-generate lint test unit-test lab-test demo bench fuzz deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./exporter
+
+# Regenerate the BPF objects and their Go bindings (needs clang and libbpf headers).
+generate:
+	$(GO) generate ./bpf/obj
+
+# Generated files must match their sources: CI regenerates and diffs.
+check-generate: generate
+	git diff --exit-code -- bpf/obj || { echo "bpf/obj is stale: run 'make generate' and commit"; exit 1; }
+
+lint: build
+	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests)" || { gofmt -l exporter bpf tests; exit 1; }
+	@echo "== go vet"; $(GO) vet ./...
+	@echo "== promtool check metrics"; bash scripts/check-metrics.sh $(BIN)
+
+# Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
+# the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
+test: build check-generate lint unit-test lab-test
+
+unit-test:
+	@echo "== unit and BPF tests"
+	$(GO) test -count=1 ./exporter/... ./bpf/...
+
+lab-test:
+	@echo "== lab tests (real QEMU guests; see tests/lab)"
+	FSPAIR_LAB_CACHE=$(LAB_CACHE) $(GO) test -count=1 -timeout 40m -v ./tests/... 2>&1 | tee /tmp/fspair-lab-test.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|lab:)|progress' ; exit $${PIPESTATUS[0]}
+
+demo: build
+	bash scripts/demo.sh
+
+bench: build
+	bash scripts/bench.sh
+
+fuzz:
+	bash scripts/fuzz.sh $(FUZZTIME)
+
+# System packages (Debian 12) the build, tests and demo need.
+deps:
+	bash scripts/install-deps.sh
+
+clean:
+	rm -rf bin

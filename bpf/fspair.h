@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Helpers shared by fspair's BPF programs: bucket arithmetic and counters. */
+#ifndef FSPAIR_H
+#define FSPAIR_H
+
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+/* Atomic add on a map value shared by all CPUs (lock xadd). */
+#define inc(p, v) __sync_fetch_and_add((p), (v))
+
+/*
+ * v & mask, computed where the verifier sees it: the empty asm hides the
+ * value's origin from clang, which would otherwise drop a mask it can prove
+ * redundant, leaving the verifier with a reloaded value it cannot bound.
+ */
+static __always_inline u32 bounded(u32 v, u32 mask)
+{
+	asm volatile("" : "+r"(v));
+	return v & mask;
+}
+
+/* Floor of log2(v) for v > 0; 0 for v == 0. Branch-free steps keep the verifier happy. */
+static __always_inline u32 log2_u64(u64 v)
+{
+	u32 r = 0, s;
+
+	s = (v > 0xFFFFFFFFULL) << 5; v >>= s; r |= s;
+	s = (v > 0xFFFF) << 4; v >>= s; r |= s;
+	s = (v > 0xFF) << 3; v >>= s; r |= s;
+	s = (v > 0xF) << 2; v >>= s; r |= s;
+	s = (v > 0x3) << 1; v >>= s; r |= s;
+	r |= (v >> 1);
+	return r;
+}
+
+/*
+ * Bucket of a power-of-two histogram whose upper bounds are 2^0, 2^1 ...
+ * 2^(slots-2) units and +Inf: the smallest k with v <= 2^k, capped at the
+ * +Inf bucket. v is already in the histogram's unit.
+ */
+static __always_inline u32 pow2_bucket(u64 v, u32 slots)
+{
+	u32 k;
+
+	if (v <= 1)
+		return 0;
+	k = log2_u64(v - 1) + 1; /* ceil(log2(v)) */
+	return k < slots - 1 ? k : slots - 1;
+}
+
+#endif /* FSPAIR_H */

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The few kernel types fspair's probes read, declared with
+ * preserve_access_index so that every field access is a CO-RE relocation
+ * resolved against the running kernel's BTF at load time. Only the fields
+ * used are declared: their offsets come from the kernel, not from here.
+ */
+#ifndef FSPAIR_KERNEL_H
+#define FSPAIR_KERNEL_H
+
+typedef unsigned char __u8;
+typedef signed char __s8;
+typedef unsigned short __u16;
+typedef short __s16;
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+typedef _Bool bool;
+#define true 1
+#define false 0
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+
+/* BPF UAPI (map types, helper flags), as in the kernel's include/uapi/linux/bpf.h. */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+};
+enum { BPF_ANY = 0, BPF_NOEXIST = 1, BPF_EXIST = 2 };
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct iovec {
+	void *iov_base;
+	unsigned long iov_len;
+};
+
+struct inode {
+	unsigned long i_ino;
+};
+
+struct file {
+	struct inode *f_inode;
+	unsigned int f_flags;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
+struct task_struct {
+	struct files_struct *files;
+};
+
+struct kiocb {
+	struct file *ki_filp;
+	long long ki_pos;
+	void *ki_complete;
+	int ki_flags;
+};
+
+struct iov_iter {
+	bool data_source;
+	unsigned long count;
+};
+
+/* io_uring/io_uring.h: the submission queue entry as the kernel keeps it. */
+struct io_cqe {
+	__u64 user_data;
+	__s32 res;
+	int fd;
+};
+
+struct io_kiocb {
+	struct file *file;
+	__u8 opcode;
+	__u64 flags;
+	struct io_cqe cqe;
+	void *async_data;
+};
+
+/* io_uring/rw.h: the command data of read/write requests (overlays io_kiocb.cmd). */
+struct io_rw {
+	struct kiocb kiocb;
+	__u64 addr;
+	__u32 len;
+	__u32 flags;
+};
+
+/* io_uring/rw.h: prepared vectored requests keep their imported iterator here (v6.10+). */
+struct io_async_rw {
+	struct iov_iter iter;
+};
+
+struct io_uring_cqe {
+	__u64 user_data;
+	__s32 res;
+	__u32 flags;
+};
+
+#pragma clang attribute pop
+
+/* Opaque pointers of tracepoint prototypes. */
+struct io_ring_ctx;
+
+/*
+ * The context of syscalls/sys_enter_* and sys_exit_* tracepoints: the layout
+ * printed in /sys/kernel/tracing/events/syscalls/<event>/format, an ABI that
+ * has not changed since syscall tracepoints were added (v2.6.33): 8 bytes of
+ * common fields, the syscall number padded to 8, then the arguments as longs.
+ */
+struct syscall_enter_ctx {
+	__u64 common;
+	__s32 nr;
+	__s32 pad;
+	__u64 args[6];
+};
+
+struct syscall_exit_ctx {
+	__u64 common;
+	__s32 nr;
+	__s32 pad;
+	__s64 ret;
+};
+
+#endif /* FSPAIR_KERNEL_H */

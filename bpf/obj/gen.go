@@ -1,0 +1,7 @@
+// Package obj holds fspair's BPF programs (the C sources in the parent
+// directory) compiled by bpf2go into the generated files beside this one.
+// They are committed, so building the exporter needs no clang; run
+// `make generate` after changing any .c or .h file in bpf/.
+package obj
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type counters -type seek_state -type image_config -type format_cluster -type registration_req -type inflight Disk ../disk.bpf.c

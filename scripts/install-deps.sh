@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what fspair's build, tests and demo need on Debian 12 (run as root).
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(
+	clang llvm libbpf-dev bpftool        # make generate (BPF C -> bpf2go)
+	prometheus                           # promtool (lint), the demo's Prometheus
+	qemu-system-x86 qemu-utils           # the VM lab
+	fio xfsprogs btrfs-progs e2fsprogs util-linux fdisk
+	busybox-static cpio kmod             # the lab's guest initramfs
+	libbpf-tools                         # reference tools to check figures against
+	curl jq ca-certificates
+)
+if [ -f tests/lab/packages.txt ]; then
+	while read -r p; do
+		p=${p%%#*}; p=${p//[[:space:]]/}
+		[ -n "$p" ] && pkgs+=("$p")
+	done < tests/lab/packages.txt
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "install-deps: installing ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+	echo "install-deps: all ${#pkgs[@]} packages present"
+fi
+
+# Tracepoint programs attach by event ids read from tracefs.
+if [ ! -d /sys/kernel/tracing/events ]; then
+	mount -t tracefs tracefs /sys/kernel/tracing
+fi
+command -v go >/dev/null || { echo "install-deps: Go is required (go.mod names the version)"; exit 1; }
