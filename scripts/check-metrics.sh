@@ -15,7 +15,7 @@ disks:
     target_device: vda
     source_file: $work/disk.img
 YML
-"$bin" --web.listen-address=127.0.0.1:$port --discovery.libvirt=false --discovery.proc=false \
+"$bin" --web.listen-address=127.0.0.1:$port --no-discovery.libvirt --no-discovery.proc \
 	--discovery.config.file="$work/disks.yml" --log.level=warn &
 pid=$!
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.2; done

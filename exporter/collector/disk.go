@@ -1,0 +1,217 @@
+package collector
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	bpf "github.com/fspair/fspair/bpf/obj"
+	"github.com/fspair/fspair/exporter/inventory"
+)
+
+// Label values of the kernel's enums (bpf/disk.bpf.c), in their order.
+var (
+	opNames    = []string{"read", "write", "flush", "discard", "write_zeroes", "allocate"}
+	dirNames   = opNames[:2]
+	ifaceNames = []string{"syscall", "linux_aio", "io_uring"}
+	syncModes  = []string{"dsync", "flush"}
+)
+
+// diskLabels identify a VM disk, named as the libvirt exporter names them so
+// that the two join.
+var diskLabels = []string{"domain", "uuid", "target_device", "source_file"}
+
+func diskDesc(name, help string, extra ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "disk", name), help,
+		append(append([]string{}, diskLabels...), extra...), nil)
+}
+
+var (
+	diskInfo = diskDesc("info",
+		"A VM disk followed by fspair: image format, guest and host file systems, cache and aio modes. Always 1.",
+		"format", "guest_fs", "guest_fs_source", "host_fs", "host_mountpoint", "host_device",
+		"cache", "aio", "discovery")
+	diskRequests = diskDesc("requests_total",
+		"Requests the VM completed on its image file without error, by operation.", "op")
+	diskBytes = diskDesc("bytes_total",
+		"Bytes the VM's completed requests moved (discard, write_zeroes, allocate: the range they covered), by operation.", "op")
+	diskErrors = diskDesc("request_errors_total",
+		"Requests on the image file that failed, by operation.", "op")
+	diskLatency = diskDesc("request_duration_seconds",
+		"Time from submission to completion of requests on the image file, as the VMM waits for them, by operation.", "op")
+	diskSize = diskDesc("request_size_bytes",
+		"Size of read and write requests on the image file, at submission.", "op")
+	diskSeek = diskDesc("seek_distance_bytes",
+		"Signed distance from a request's start to the end of an earlier request on the disk, in submission order: "+
+			"reference=previous is the request just before, reference=nearest16 the closest of the last 16.", "reference")
+	diskSequential = diskDesc("sequential_requests_total",
+		"Reads and writes that start within their own length of the end of one of the last 16 requests.", "op")
+	diskRandom = diskDesc("random_requests_total",
+		"Reads and writes that are not sequential.", "op")
+	diskSyncWrites = diskDesc("sync_writes_total",
+		"Writes that had to be durable on completion: mode=dsync by O_DSYNC/RWF_DSYNC, "+
+			"mode=flush by a flush covering at most 4 writes (write+fsync patterns).", "mode")
+	diskOutstanding = diskDesc("outstanding_requests",
+		"Requests in flight on the disk when a request is issued, counting itself.")
+	diskInterarrival = diskDesc("interarrival_seconds",
+		"Time between consecutive request submissions on the disk.")
+	diskSubmissions = diskDesc("submissions_total",
+		"Requests submitted, by the interface the VMM used: syscall (aio=threads), linux_aio (aio=native), io_uring.", "interface")
+	diskFormatRequests = diskDesc("format_metadata_requests_total",
+		"Requests on qcow2 metadata clusters (L1/L2 tables, refcounts, header): the format's own I/O, not the guest's.", "op")
+	diskFormatBytes = diskDesc("format_metadata_bytes_total",
+		"Bytes of requests on qcow2 metadata clusters.", "op")
+	diskPunted = diskDesc("io_uring_punted_total",
+		"io_uring requests the kernel handed to io-wq worker threads instead of completing inline.")
+	diskVirtualSize = diskDesc("virtual_size_bytes",
+		"Size of the disk as the guest sees it.")
+)
+
+// Histogram bucket upper bounds, matching the slots in bpf/disk.bpf.c.
+var (
+	latencyBounds      = pow2Bounds(24, 1e-6) // 1 us .. 8.4 s
+	sizeBounds         = pow2Bounds(15, 512)  // 512 B .. 8 MiB
+	outstandingBounds  = pow2Bounds(9, 1)     // 1 .. 256
+	interarrivalBounds = latencyBounds
+	seekBounds         = seekDistanceBounds()
+)
+
+func pow2Bounds(n int, unit float64) []float64 {
+	b := make([]float64, n)
+	for i := range b {
+		b[i] = unit * math.Ldexp(1, i)
+	}
+	return b
+}
+
+// seekDistanceBounds mirrors seek_bucket(): -B12..-B0, -1, 0, B0..B12 with
+// B_k = 4 KiB * 4^k.
+func seekDistanceBounds() []float64 {
+	var b []float64
+	for k := 12; k >= 0; k-- {
+		b = append(b, -4096*math.Pow(4, float64(k)))
+	}
+	b = append(b, -1, 0)
+	for k := 0; k <= 12; k++ {
+		b = append(b, 4096*math.Pow(4, float64(k)))
+	}
+	return b
+}
+
+// histogram builds a const histogram from per-slot counts whose last slot is
+// +Inf; sum is in the histogram's unit.
+func histogram(desc *prometheus.Desc, bounds []float64, slots []uint64, sum float64, labels ...string) (prometheus.Metric, error) {
+	if len(slots) != len(bounds)+1 {
+		return nil, fmt.Errorf("histogram %s: %d slots for %d bounds", desc, len(slots), len(bounds))
+	}
+	buckets := make(map[float64]uint64, len(bounds))
+	var cum uint64
+	for i, b := range bounds {
+		cum += slots[i]
+		buckets[b] = cum
+	}
+	cum += slots[len(bounds)]
+	return prometheus.NewConstHistogram(desc, cum, sum, buckets, labels...)
+}
+
+// CounterReader reads a disk slot's kernel counters.
+type CounterReader interface {
+	Counters(slot uint32) (bpf.DiskCounters, error)
+}
+
+// DiskCollector exports the request stream of every tracked VM disk.
+type DiskCollector struct {
+	inv      *inventory.Inventory
+	counters CounterReader
+}
+
+// NewDiskCollector returns the disk collector.
+func NewDiskCollector(inv *inventory.Inventory, counters CounterReader) *DiskCollector {
+	return &DiskCollector{inv: inv, counters: counters}
+}
+
+// Update implements Collector.
+func (c *DiskCollector) Update(ch chan<- prometheus.Metric) error {
+	for _, d := range c.inv.Disks() {
+		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
+		ch <- prometheus.MustNewConstMetric(diskInfo, prometheus.GaugeValue, 1, append(k,
+			orUnknown(d.ImageFormat), orUnknown(d.GuestFS), d.GuestFSSource, orUnknown(d.HostFS.FSType),
+			d.HostFS.MountPoint, d.HostFS.Device, orUnknown(d.Cache), orUnknown(d.AIO), d.Source)...)
+		if d.VirtualSize > 0 {
+			ch <- prometheus.MustNewConstMetric(diskVirtualSize, prometheus.GaugeValue, float64(d.VirtualSize), k...)
+		}
+		if !d.Tracked {
+			continue
+		}
+		s, err := c.counters.Counters(d.Slot)
+		if err != nil {
+			return err
+		}
+		if err := emitCounters(ch, k, &s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	return v
+}
+
+func with(k []string, v ...string) []string {
+	return append(append(make([]string, 0, len(k)+len(v)), k...), v...)
+}
+
+func emitCounters(ch chan<- prometheus.Metric, k []string, s *bpf.DiskCounters) error {
+	counter := func(d *prometheus.Desc, v uint64, extra ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), with(k, extra...)...)
+	}
+	hist := func(d *prometheus.Desc, bounds []float64, slots []uint64, sum float64, extra ...string) error {
+		m, err := histogram(d, bounds, slots, sum, with(k, extra...)...)
+		if err == nil {
+			ch <- m
+		}
+		return err
+	}
+	for i, op := range opNames {
+		counter(diskRequests, s.Requests[i], op)
+		counter(diskBytes, s.Bytes[i], op)
+		counter(diskErrors, s.Errors[i], op)
+		if err := hist(diskLatency, latencyBounds, s.Latency[i][:], float64(s.LatencySumNs[i])/1e9, op); err != nil {
+			return err
+		}
+	}
+	for i, op := range dirNames {
+		if err := hist(diskSize, sizeBounds, s.Size[i][:], float64(s.SizeSum[i]), op); err != nil {
+			return err
+		}
+		counter(diskSequential, s.Sequential[i], op)
+		counter(diskRandom, s.Random[i], op)
+		counter(diskFormatRequests, s.FormatRequests[i], op)
+		counter(diskFormatBytes, s.FormatBytes[i], op)
+	}
+	if err := hist(diskSeek, seekBounds, s.SeekPrev[:], float64(s.SeekPrevSum), "previous"); err != nil {
+		return err
+	}
+	if err := hist(diskSeek, seekBounds, s.SeekNear[:], float64(s.SeekNearSum), "nearest16"); err != nil {
+		return err
+	}
+	for i, m := range syncModes {
+		counter(diskSyncWrites, s.SyncWrites[i], m)
+	}
+	if err := hist(diskOutstanding, outstandingBounds, s.Outstanding[:], float64(s.OutstandingSum)); err != nil {
+		return err
+	}
+	if err := hist(diskInterarrival, interarrivalBounds, s.Interarrival[:], float64(s.InterarrivalSumNs)/1e9); err != nil {
+		return err
+	}
+	for i, name := range ifaceNames {
+		counter(diskSubmissions, s.Submissions[i], name)
+	}
+	counter(diskPunted, s.IoUringPunted)
+	return nil
+}

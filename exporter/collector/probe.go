@@ -1,0 +1,61 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fspair/fspair/exporter/probe"
+)
+
+// dropReasons are the label values of enum drop in bpf/disk.bpf.c, in order.
+var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long"}
+
+var (
+	probeAttached = prometheus.NewDesc("fspair_probe_attached",
+		"Whether a BPF program is loaded and attached (1) or not (0); see the exporter log for why.",
+		[]string{"program"}, nil)
+	probeRuns = prometheus.NewDesc("fspair_probe_runs_total",
+		"Times a BPF program ran (kernel bpf_stats).", []string{"program"}, nil)
+	probeRunSeconds = prometheus.NewDesc("fspair_probe_run_seconds_total",
+		"Time a BPF program spent running (kernel bpf_stats).", []string{"program"}, nil)
+	probeDropped = prometheus.NewDesc("fspair_probe_events_dropped_total",
+		"Requests the BPF programs could not follow, by reason.", []string{"reason"}, nil)
+)
+
+// ProbeSource is what the probe collector reads.
+type ProbeSource interface {
+	Programs() []*probe.Program
+	Dropped() ([]uint64, error)
+}
+
+// ProbeCollector reports the BPF programs' state and cost.
+type ProbeCollector struct{ src ProbeSource }
+
+// NewProbeCollector returns the probe collector.
+func NewProbeCollector(src ProbeSource) *ProbeCollector { return &ProbeCollector{src: src} }
+
+// Update implements Collector.
+func (c *ProbeCollector) Update(ch chan<- prometheus.Metric) error {
+	for _, p := range c.src.Programs() {
+		up := 0.0
+		if p.Attached {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, up, p.Name)
+		s, err := p.Stats()
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(probeRuns, prometheus.CounterValue, float64(s.Runs), p.Name)
+		ch <- prometheus.MustNewConstMetric(probeRunSeconds, prometheus.CounterValue, s.Runtime.Seconds(), p.Name)
+	}
+	dropped, err := c.src.Dropped()
+	if err != nil {
+		return err
+	}
+	for i, reason := range dropReasons {
+		if i < len(dropped) {
+			ch <- prometheus.MustNewConstMetric(probeDropped, prometheus.CounterValue, float64(dropped[i]), reason)
+		}
+	}
+	return nil
+}

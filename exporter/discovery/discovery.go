@@ -1,0 +1,537 @@
+package discovery
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout        = 10 * time.Second
+	DefaultLibvirtTimeout = 3 * time.Second
+	DefaultStaleTimeout   = 5 * time.Minute
+)
+
+// ErrNoSource is returned by New when Options enables no source.
+var ErrNoSource = errors.New("no discovery source enabled")
+
+// Options configures a Discoverer.
+type Options struct {
+	// Libvirt enables the libvirt source, connecting to LibvirtSocket
+	// (DefaultLibvirtSocket if empty) and opening LibvirtURI
+	// (DefaultLibvirtURI). LibvirtPIDDir (DefaultLibvirtPIDDir) holds the
+	// QEMU pid files.
+	Libvirt       bool
+	LibvirtSocket string
+	LibvirtURI    string
+	LibvirtPIDDir string
+
+	// LibvirtTimeout bounds each libvirt call (DefaultLibvirtTimeout if
+	// zero); Timeout bounds the whole query.
+	LibvirtTimeout time.Duration
+
+	// Proc enables scanning ProcRoot ("/proc" if empty) for QEMU
+	// processes, including their open image files that the command line
+	// does not name (disks hot-plugged with QMP blockdev-add) unless
+	// NoFDScan is set.
+	Proc     bool
+	ProcRoot string
+	NoFDScan bool
+
+	// ConfigFile enables the static source. The file is loaded by New
+	// (an invalid file fails New) and reloaded by Discover when it
+	// changes; its guest_fs_overrides and exclude_* apply to the disks of
+	// all sources.
+	ConfigFile string
+
+	// Timeout bounds each source in each Discover call (DefaultTimeout
+	// if zero). A source that does not finish in time is reported as
+	// failed; it is not started again until the stuck run returns.
+	Timeout time.Duration
+	// StaleTimeout is how long the last good result of a failing source
+	// is used instead (DefaultStaleTimeout if zero, negative to never),
+	// so that a restarting libvirtd does not make disks and their labels
+	// flap. Disks whose VMM process is known to have exited are dropped.
+	StaleTimeout time.Duration
+
+	// Logger receives debug messages about left-out drives and skipped
+	// processes; nil discards them.
+	Logger *slog.Logger
+}
+
+// Result is the outcome of one Discover call.
+type Result struct {
+	// Disks are all disks found, one per image file and VM, sorted by
+	// domain, target device and file.
+	Disks []Disk
+	// Errors holds an error for every enabled source that failed or
+	// reported problems in this run, keyed by source name (SourceLibvirt,
+	// SourceStatic, SourceQEMU). Sources absent from the map succeeded.
+	Errors map[string]error
+	// Stale lists the sources whose disks come from an earlier successful
+	// run because this one failed.
+	Stale []string
+	// SourceDisks counts the disks each source contributed before
+	// merging (stale ones included).
+	SourceDisks map[string]int
+	// Durations holds how long each source ran (or was waited for).
+	Durations map[string]time.Duration
+	// ProcStats are the counts of the /proc scan.
+	ProcStats ScanStats
+}
+
+// Discoverer finds disks from the enabled sources and merges them.
+type Discoverer struct {
+	opts   Options
+	logger *slog.Logger
+	sem    chan struct{} // serialises Discover
+
+	libvirt *libvirtSource
+	proc    *ProcScanner
+
+	cfgMu   sync.Mutex
+	cfg     *Config
+	cfgStat os.FileInfo
+
+	sources map[string]*sourceState
+	// runSource runs one source; tests replace it to simulate sources
+	// that hang.
+	runSource func(ctx context.Context, name string) sourceResult
+}
+
+// sourceState is what a Discoverer remembers about one source.
+type sourceState struct {
+	busy     atomic.Bool // a run is in progress (possibly abandoned)
+	lastGood []found
+	lastTime time.Time
+}
+
+// found is a disk with the identity of its image file.
+type found struct {
+	Disk
+	id    fileID
+	hasID bool
+}
+
+// sourceResult is what one source run yields. A non-nil err means the run
+// failed; warn reports problems that did not stop it.
+type sourceResult struct {
+	disks []found
+	warn  error
+	err   error
+	stats ScanStats
+}
+
+// New returns a Discoverer for the enabled sources.
+func New(opts Options) (*Discoverer, error) {
+	if !opts.Libvirt && !opts.Proc && opts.ConfigFile == "" {
+		return nil, ErrNoSource
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.LibvirtTimeout <= 0 {
+		opts.LibvirtTimeout = DefaultLibvirtTimeout
+	}
+	if opts.StaleTimeout == 0 {
+		opts.StaleTimeout = DefaultStaleTimeout
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Discoverer{opts: opts, logger: logger, sem: make(chan struct{}, 1), sources: map[string]*sourceState{}}
+	d.runSource = d.run
+	if opts.Libvirt {
+		d.libvirt = newLibvirtSource(opts.LibvirtSocket, opts.LibvirtURI, opts.LibvirtPIDDir, opts.LibvirtTimeout)
+		d.sources[SourceLibvirt] = &sourceState{}
+	}
+	if opts.Proc {
+		d.proc = &ProcScanner{Root: opts.ProcRoot, FDScan: !opts.NoFDScan}
+		d.sources[SourceQEMU] = &sourceState{}
+	}
+	if opts.ConfigFile != "" {
+		cfg, err := LoadConfig(opts.ConfigFile)
+		if err != nil {
+			return nil, err
+		}
+		d.cfg = cfg
+		d.cfgStat, _ = os.Stat(opts.ConfigFile)
+		d.sources[SourceStatic] = &sourceState{}
+	}
+	return d, nil
+}
+
+// Sources returns the names of the enabled sources, sorted.
+func (d *Discoverer) Sources() []string {
+	names := make([]string, 0, len(d.sources))
+	for name := range d.sources {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Close releases the libvirt connection.
+func (d *Discoverer) Close() error {
+	if d.libvirt != nil {
+		d.libvirt.close()
+	}
+	return nil
+}
+
+// Discover runs all enabled sources concurrently, each bounded by
+// Options.Timeout, and merges their disks. It returns an error only when ctx
+// ends first; failures of single sources are in Result.Errors.
+func (d *Discoverer) Discover(ctx context.Context) (*Result, error) {
+	select {
+	case d.sem <- struct{}{}:
+	case <-ctx.Done():
+		return &Result{}, ctx.Err()
+	}
+	defer func() { <-d.sem }()
+
+	res := &Result{Errors: map[string]error{}, Durations: map[string]time.Duration{}, SourceDisks: map[string]int{}}
+	type done struct {
+		name string
+		r    sourceResult
+		took time.Duration
+	}
+	names := d.Sources()
+	ch := make(chan done, len(names))
+	waiting := 0
+	for _, name := range names {
+		st := d.sources[name]
+		if !st.busy.CompareAndSwap(false, true) {
+			res.Errors[name] = fmt.Errorf("%s: previous run still in progress", name)
+			continue
+		}
+		waiting++
+		sctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+		go func() {
+			defer st.busy.Store(false)
+			defer cancel()
+			start := time.Now()
+			r := d.runSource(sctx, name)
+			ch <- done{name, r, time.Since(start)}
+		}()
+	}
+
+	// Sources react to their context; a source stuck in a system call
+	// (a hung NFS mount, a process in D state) does not, and is
+	// abandoned a little after its deadline.
+	timer := time.NewTimer(d.opts.Timeout + d.opts.Timeout/10 + 100*time.Millisecond)
+	defer timer.Stop()
+	results := map[string]sourceResult{}
+	start := time.Now()
+collect:
+	for waiting > 0 {
+		select {
+		case x := <-ch:
+			waiting--
+			results[x.name] = x.r
+			res.Durations[x.name] = x.took
+		case <-timer.C:
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	for _, name := range names {
+		if _, ok := results[name]; !ok && res.Errors[name] == nil {
+			err := fmt.Errorf("%s: no result within %s", name, d.opts.Timeout)
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%s: %w", name, ctx.Err())
+			}
+			results[name] = sourceResult{err: err}
+			res.Durations[name] = time.Since(start)
+		}
+	}
+
+	var all [][]found
+	for _, name := range []string{SourceLibvirt, SourceStatic, SourceQEMU} { // merge priority
+		st, enabled := d.sources[name]
+		if !enabled {
+			continue
+		}
+		r, ran := results[name]
+		if name == SourceQEMU {
+			res.ProcStats = r.stats
+		}
+		if ran && r.err == nil {
+			st.lastGood, st.lastTime = r.disks, time.Now()
+			all = append(all, r.disks)
+			res.SourceDisks[name] = len(r.disks)
+			if r.warn != nil {
+				res.Errors[name] = r.warn
+			}
+			continue
+		}
+		if ran {
+			res.Errors[name] = r.err
+		}
+		if d.opts.StaleTimeout > 0 && st.lastGood != nil && time.Since(st.lastTime) <= d.opts.StaleTimeout {
+			stale := d.stillRunning(st.lastGood)
+			all = append(all, stale)
+			res.SourceDisks[name] = len(stale)
+			res.Stale = append(res.Stale, name)
+		}
+	}
+	res.Disks = d.merge(all)
+	for name, err := range res.Errors {
+		d.logger.Debug("discovery source problem", "source", name, "err", err)
+	}
+	return res, ctx.Err()
+}
+
+// run runs one source.
+func (d *Discoverer) run(ctx context.Context, name string) sourceResult {
+	switch name {
+	case SourceLibvirt:
+		disks, warn, err := d.libvirt.discover(ctx)
+		if err != nil {
+			return sourceResult{err: fmt.Errorf("%s: %w", name, err)}
+		}
+		return sourceResult{disks: d.identify(ctx, disks), warn: wrap(name, warn)}
+	case SourceQEMU:
+		vms, stats, err := d.proc.Scan(ctx)
+		if err != nil {
+			return sourceResult{err: fmt.Errorf("%s: %w", name, err), stats: stats}
+		}
+		var disks []Disk
+		for _, vm := range vms {
+			disks = append(disks, vm.Disks...)
+			for _, ig := range vm.Ignored {
+				d.logger.Debug("drive left out", "domain", vm.Name, "pid", vm.PID, "drive", ig)
+			}
+		}
+		for _, w := range stats.Warnings {
+			d.logger.Debug("process skipped", "reason", w)
+		}
+		return sourceResult{disks: d.identify(ctx, disks), stats: stats}
+	case SourceStatic:
+		cfg, reloadErr := d.reloadConfig()
+		var warns []error
+		if reloadErr != nil {
+			warns = append(warns, fmt.Errorf("keeping the previous configuration: %w", reloadErr))
+		}
+		disks := d.identify(ctx, cfg.disks())
+		ok := disks[:0]
+		for _, f := range disks {
+			if !f.hasID {
+				warns = append(warns, fmt.Errorf("disk %s of %s: image file not accessible", f.SourceFile, f.Domain))
+				continue
+			}
+			ok = append(ok, f)
+		}
+		return sourceResult{disks: ok, warn: wrap(name, errors.Join(warns...))}
+	}
+	return sourceResult{err: fmt.Errorf("unknown source %q", name)}
+}
+
+func wrap(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// reloadConfig reloads the configuration file if it changed and returns the
+// configuration in force.
+func (d *Discoverer) reloadConfig() (*Config, error) {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	fi, err := os.Stat(d.opts.ConfigFile)
+	if err != nil {
+		return d.cfg, fmt.Errorf("stat config: %w", err)
+	}
+	if d.cfgStat != nil && fi.ModTime().Equal(d.cfgStat.ModTime()) && fi.Size() == d.cfgStat.Size() && os.SameFile(fi, d.cfgStat) {
+		return d.cfg, nil
+	}
+	cfg, err := LoadConfig(d.opts.ConfigFile)
+	if err != nil {
+		return d.cfg, err
+	}
+	d.cfg, d.cfgStat = cfg, fi
+	return cfg, nil
+}
+
+func (d *Discoverer) config() *Config {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	return d.cfg
+}
+
+// identify stats every disk's image file, in the VMM's mount namespace when
+// its process is known.
+func (d *Discoverer) identify(ctx context.Context, disks []Disk) []found {
+	out := make([]found, 0, len(disks))
+	for _, disk := range disks {
+		f := found{Disk: disk}
+		if ctx.Err() == nil {
+			f.id, f.hasID = d.fileID(disk)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func (d *Discoverer) fileID(disk Disk) (fileID, bool) {
+	if disk.PID > 0 {
+		p := filepath.Join(d.opts.ProcRoot, strconv.Itoa(disk.PID), "root", disk.SourceFile)
+		if id, _, ok := statID(p); ok {
+			return id, true
+		}
+	}
+	id, _, ok := statID(disk.SourceFile)
+	return id, ok
+}
+
+// stillRunning drops stale disks whose VMM process is known to be gone.
+func (d *Discoverer) stillRunning(disks []found) []found {
+	out := make([]found, 0, len(disks))
+	for _, f := range disks {
+		if f.PID > 0 {
+			if _, err := os.Stat(filepath.Join(d.opts.ProcRoot, strconv.Itoa(f.PID))); errors.Is(err, syscall.ENOENT) {
+				continue
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// entry is a merged disk and the sources that contributed to it.
+type entry struct {
+	Disk
+	from map[string]bool
+}
+
+// merge combines the disks of all sources, given in priority order
+// (libvirt, static, qemu). Disks are the same when they have the same image
+// file (device and inode; the path if the file could not be stat'ed) and
+// belong to the same VM: same process, else same UUID, else same name. When
+// a file has one disk so far and a lower-priority source reports it for a
+// VM it cannot match by name (a static entry naming the VM differently), it
+// is still taken as the same disk unless process ids or UUIDs differ. The higher-priority source's metadata wins;
+// empty fields are filled from the others.
+func (d *Discoverer) merge(sources [][]found) []Disk {
+	cfg := d.config()
+	groups := map[string][]*entry{}
+	var order []*entry
+	for _, src := range sources {
+		// Exact matches first, so that a loose match cannot take the
+		// entry another disk of the same source matches exactly.
+		var loose []found
+		for _, f := range src {
+			if cfg != nil && cfg.excluded(f.Disk) {
+				continue
+			}
+			key := f.key()
+			if e := pick(groups[key], f, sameVM); e != nil {
+				fill(&e.Disk, f.Disk)
+				e.from[f.Source] = true
+				continue
+			}
+			loose = append(loose, f)
+		}
+		for _, f := range loose {
+			key := f.key()
+			g := groups[key]
+			if len(g) == 1 {
+				if e := pick(g, f, noConflict); e != nil {
+					fill(&e.Disk, f.Disk)
+					e.from[f.Source] = true
+					continue
+				}
+			}
+			e := &entry{Disk: f.Disk, from: map[string]bool{f.Source: true}}
+			groups[key] = append(g, e)
+			order = append(order, e)
+		}
+	}
+	out := make([]Disk, 0, len(order))
+	for _, e := range order {
+		if cfg != nil {
+			if fs, ok := cfg.guestFS(e.Disk); ok {
+				e.GuestFS = fs
+			}
+		}
+		out = append(out, e.Disk)
+	}
+	slices.SortStableFunc(out, func(a, b Disk) int {
+		return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.TargetDevice, b.TargetDevice),
+			cmp.Compare(a.SourceFile, b.SourceFile), cmp.Compare(a.PID, b.PID))
+	})
+	return out
+}
+
+// key groups disks by image file: device and inode, or the path if the file
+// could not be stat'ed.
+func (f found) key() string {
+	if f.hasID {
+		return fmt.Sprintf("id:%d:%d", f.id.dev, f.id.ino)
+	}
+	return "path:" + filepath.Clean(f.SourceFile)
+}
+
+// pick returns the first entry of g that f's source has not contributed to
+// yet and that matches f.
+func pick(g []*entry, f found, match func(a, b Disk) bool) *entry {
+	for _, e := range g {
+		if !e.from[f.Source] && match(e.Disk, f.Disk) {
+			return e
+		}
+	}
+	return nil
+}
+
+// noConflict reports whether nothing says two disks belong to different
+// VMs: no differing process ids or UUIDs.
+func noConflict(a, b Disk) bool {
+	return (a.PID == 0 || b.PID == 0 || a.PID == b.PID) && (a.UUID == "" || b.UUID == "" || a.UUID == b.UUID)
+}
+
+// sameVM reports whether two disks of one image file belong to the same VM.
+func sameVM(a, b Disk) bool {
+	if a.PID != 0 && b.PID != 0 {
+		return a.PID == b.PID
+	}
+	if a.UUID != "" && b.UUID != "" {
+		return a.UUID == b.UUID
+	}
+	return a.Domain == b.Domain
+}
+
+// fill sets the empty fields of dst from src.
+func fill(dst *Disk, src Disk) {
+	for _, f := range []struct{ d, s *string }{
+		{&dst.Domain, &src.Domain}, {&dst.UUID, &src.UUID}, {&dst.TargetDevice, &src.TargetDevice},
+		{&dst.Format, &src.Format}, {&dst.Cache, &src.Cache}, {&dst.AIO, &src.AIO},
+		{&dst.Discard, &src.Discard}, {&dst.GuestFS, &src.GuestFS},
+	} {
+		if *f.d == "" {
+			*f.d = *f.s
+		}
+	}
+	if dst.PID == 0 {
+		dst.PID = src.PID
+	}
+	// Any source seeing the image read-only (libvirt <readonly/>, QEMU
+	// read-only=on or snapshot=on) means guest writes do not reach it.
+	dst.ReadOnly = dst.ReadOnly || src.ReadOnly
+}

@@ -1,0 +1,109 @@
+// Package discovery finds the disks of the virtual machines running on a KVM
+// host and the image files behind them, from libvirt, from the command lines
+// and open files of QEMU processes in /proc, and from a static configuration
+// file.
+package discovery
+
+import (
+	"encoding/hex"
+	"strings"
+)
+
+// Source names, used in Disk.Source and as keys of Result.Errors.
+const (
+	SourceLibvirt = "libvirt"
+	SourceStatic  = "static"
+	SourceQEMU    = "qemu"
+)
+
+// Cache mode reported for a disk found only through an open file descriptor
+// with O_DIRECT: the host page cache is bypassed, but whether QEMU also
+// reports a write cache to the guest ("none" vs "directsync") is unknown.
+const CacheDirect = "direct"
+
+// Disk is one VM disk backed by an image file on a host file system.
+type Disk struct {
+	Domain       string // VM name (libvirt domain name, QEMU -name guest=, or config)
+	UUID         string
+	TargetDevice string // libvirt target dev (vda); for plain QEMU the -device id, else drive id / node-name; "" if unknown
+	SourceFile   string // absolute path of the image file as the VMM named it
+	Source       string // "libvirt" | "qemu" | "static"
+	PID          int    // VMM process id, 0 if unknown
+	Format       string // as configured: raw|qcow2|"" (the exporter also reads the header itself)
+	Cache        string // none|writeback|writethrough|directsync|unsafe|"" ; also derive from cache.direct/no-flush
+	AIO          string // threads|native|io_uring|""
+	Discard      string // unmap|ignore|""
+	ReadOnly     bool
+	GuestFS      string // operator override ("" = detect from image bytes)
+}
+
+// cacheMode names the QEMU cache mode for the three flags it is made of
+// (QEMU docs, "-drive cache=": none is direct, writethrough is
+// writeback=off, unsafe is no-flush). direct together with no-flush has no
+// name of its own; it is reported as unsafe because flushes are dropped,
+// which is what matters for data safety.
+func cacheMode(direct, noFlush, writeback bool) string {
+	switch {
+	case noFlush:
+		return "unsafe"
+	case direct && writeback:
+		return "none"
+	case direct:
+		return "directsync"
+	case writeback:
+		return "writeback"
+	default:
+		return "writethrough"
+	}
+}
+
+// cacheModeFlags is the inverse of cacheMode for the -drive cache= option
+// (bdrv_parse_cache_mode() in QEMU's block.c, which also accepts "off").
+func cacheModeFlags(mode string) (direct, noFlush, writeback bool, ok bool) {
+	switch mode {
+	case "none", "off":
+		return true, false, true, true
+	case "directsync":
+		return true, false, false, true
+	case "writeback":
+		return false, false, true, true
+	case "writethrough":
+		return false, false, false, true
+	case "unsafe":
+		return false, true, true, true
+	}
+	return false, false, false, false
+}
+
+// normalizeDiscard maps QEMU's and libvirt's spellings to unmap/ignore.
+func normalizeDiscard(s string) string {
+	switch s {
+	case "unmap", "on":
+		return "unmap"
+	case "ignore", "off":
+		return "ignore"
+	}
+	return ""
+}
+
+// normalizeUUID returns u in the lower case 8-4-4-4-12 form, accepting also
+// the 32 hex digit form, or "" if u is not a UUID.
+func normalizeUUID(u string) string {
+	h := strings.ReplaceAll(u, "-", "")
+	if len(h) != 32 || (len(u) != 32 && len(u) != 36) {
+		return ""
+	}
+	if len(u) == 36 && (u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-') {
+		return ""
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return ""
+	}
+	return formatUUID(b)
+}
+
+func formatUUID(b []byte) string {
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}

@@ -1,0 +1,167 @@
+package discovery
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func readXML(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "libvirt", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func web01Disks(pid int) []Disk {
+	b := Disk{Domain: "web01", UUID: "8f4b2c1e-5d3a-4e6f-9a8b-7c6d5e4f3a2b", Source: SourceLibvirt, PID: pid}
+	vda, vdb, vde := b, b, b
+	vda.TargetDevice, vda.SourceFile, vda.Format, vda.Cache, vda.AIO, vda.Discard, vda.GuestFS =
+		"vda", "/var/lib/libvirt/images/web01.qcow2", "qcow2", "none", "native", "unmap", "xfs"
+	// cache='default' is no setting; discard='on' is unmap; guest_fs by source.
+	vdb.TargetDevice, vdb.SourceFile, vdb.Format, vdb.AIO, vdb.Discard, vdb.GuestFS =
+		"vdb", "/srv/data/web01-data.raw", "raw", "io_uring", "unmap", "ext4"
+	// No device attribute means device='disk'.
+	vde.TargetDevice, vde.SourceFile, vde.Format, vde.ReadOnly = "vde", "/srv/data/shared-ro.raw", "raw", true
+	return []Disk{vda, vdb, vde}
+}
+
+func TestParseDomainXML(t *testing.T) {
+	disks, err := ParseDomainXML([]byte(readXML(t, "web01.xml")))
+	if err == nil || !strings.Contains(err.Error(), `guest_fs "Not Valid"`) {
+		t.Errorf("want an error about the invalid metadata, got %v", err)
+	}
+	diffDisks(t, disks, web01Disks(0))
+}
+
+func TestParseDomainXMLHostile(t *testing.T) {
+	for name, doc := range map[string]string{
+		"empty":      "",
+		"not xml":    "\x00\x01garbage",
+		"truncated":  readXML(t, "web01.xml")[:500],
+		"wrong root": `<network><name>x</name></network>`,
+		"deep":       "<domain>" + strings.Repeat("<a>", 20000) + strings.Repeat("</a>", 20000) + "</domain>",
+		"huge":       "<domain><name>" + strings.Repeat("x", maxDomainXML) + "</name></domain>",
+		"entity":     `<!DOCTYPE d [<!ENTITY x "/etc/shadow">]><domain><devices><disk type='file'><source file='&x;'/></disk></devices></domain>`,
+	} {
+		disks, err := ParseDomainXML([]byte(doc))
+		if name == "deep" {
+			// Deep but well-formed: parses, no disks.
+			if len(disks) != 0 {
+				t.Errorf("%s: got disks %+v", name, disks)
+			}
+			continue
+		}
+		if err == nil || len(disks) != 0 {
+			t.Errorf("%s: got %+v, %v; want an error and no disks", name, disks, err)
+		}
+	}
+}
+
+func TestLibvirtSourceFake(t *testing.T) {
+	f := startFakeLibvirtd(t,
+		fakeDomain{name: "web01", xml: readXML(t, "web01.xml")},
+		fakeDomain{name: "gone"}, // shut down between listing and XML
+		fakeDomain{name: "db01", xml: readXML(t, "db01.xml")},
+	)
+	pidDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(pidDir, "web01.pid"), []byte("4242"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newLibvirtSource(f.socket, "", pidDir, 5*time.Second)
+	defer s.close()
+	disks, warn, err := s.discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warn == nil || !strings.Contains(warn.Error(), "Not Valid") {
+		t.Errorf("warning about web01's metadata missing: %v", warn)
+	}
+	want := append(web01Disks(4242), Disk{Domain: "db01", UUID: "0b5d1c64-2f8e-4a1b-9c3d-5e6f7a8b9c0d",
+		TargetDevice: "sda", SourceFile: "/var/lib/libvirt/images/db01.qcow2", Source: SourceLibvirt,
+		Format: "qcow2", Cache: "writethrough"})
+	diffDisks(t, disks, want)
+
+	// The connection is reused.
+	if _, _, err := s.discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.accepts.Load(); n != 1 {
+		t.Errorf("%d connections for two discoveries, want 1", n)
+	}
+}
+
+// TestLibvirtSourceHung checks that a libvirtd that stops answering cannot
+// stall discovery beyond the timeout, during a call or while connecting,
+// and that discovery reconnects once it answers again.
+func TestLibvirtSourceHung(t *testing.T) {
+	f := startFakeLibvirtd(t, fakeDomain{name: "db01", xml: readXML(t, "db01.xml")})
+	const timeout = 300 * time.Millisecond
+	s := newLibvirtSource(f.socket, "", t.TempDir(), timeout)
+	defer s.close()
+	if _, _, err := s.discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	f.hang.Store(true)
+	for _, phase := range []string{"established connection", "new connection"} {
+		start := time.Now()
+		_, _, err := s.discover(context.Background())
+		took := time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), "deadline exceeded") {
+			t.Errorf("%s: got %v, want a timeout error", phase, err)
+		}
+		if took > timeout+time.Second {
+			t.Errorf("%s: discovery took %s with a %s timeout", phase, took, timeout)
+		}
+	}
+
+	// The caller's context bounds the query too, whatever the per-call
+	// deadline.
+	slow := newLibvirtSource(f.socket, "", t.TempDir(), time.Minute)
+	defer slow.close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	if _, _, err := slow.discover(ctx); err == nil || time.Since(start) > timeout+time.Second {
+		t.Errorf("context deadline: got %v after %s", err, time.Since(start))
+	}
+
+	f.hang.Store(false)
+	disks, _, err := s.discover(context.Background())
+	if err != nil || len(disks) != 1 {
+		t.Fatalf("after libvirtd recovered: %+v, %v", disks, err)
+	}
+	if n := f.accepts.Load(); n != 4 {
+		t.Errorf("%d connections, want 4 (initial, retry while hung, the slow client, reconnect)", n)
+	}
+}
+
+func TestLibvirtSourceNoDaemon(t *testing.T) {
+	s := newLibvirtSource(filepath.Join(t.TempDir(), "no-such-socket"), "", "", time.Second)
+	_, _, err := s.discover(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "connect to libvirt at") {
+		t.Errorf("got %v, want a connect error", err)
+	}
+}
+
+func TestReadPIDRejectsPaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ok.pid"), []byte("77\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newLibvirtSource("", "", dir, time.Second)
+	if got := s.readPID("ok"); got != 77 {
+		t.Errorf("readPID(ok) = %d", got)
+	}
+	for _, name := range []string{"../ok", "..", "", "a/b", "missing"} {
+		if got := s.readPID(name); got != 0 {
+			t.Errorf("readPID(%q) = %d, want 0", name, got)
+		}
+	}
+}

@@ -1,0 +1,445 @@
+// Package inventory keeps the set of VM disks fspair follows. A background
+// loop takes what discovery found, opens each image file, identifies it (format,
+// guest file system, host file system), and registers it with the probes; when
+// a disk goes away or its file is replaced, it is unregistered. Collectors
+// read a snapshot and never wait on any of this.
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fspair/fspair/exporter/discovery"
+	"github.com/fspair/fspair/exporter/diskimage"
+	"github.com/fspair/fspair/exporter/hostfs"
+	"github.com/fspair/fspair/exporter/probe"
+)
+
+// ErrLimit is returned in Stats when disks were left untracked because
+// every slot was in use.
+var ErrLimit = errors.New("disk limit reached")
+
+// Disk is one VM disk as the collectors see it.
+type Disk struct {
+	discovery.Disk
+
+	// ImageFormat is the format read from the image header (raw, qcow2, unknown).
+	ImageFormat string
+	// GuestFS is the guest file system, from the image bytes or the
+	// operator's override; GuestFSSource says which ("image", "override").
+	GuestFS, GuestFSSource string
+	// VirtualSize is the guest-visible size, 0 if unknown.
+	VirtualSize int64
+	// HostFS is the host file system holding the image.
+	HostFS hostfs.Mount
+
+	// Tracked is set when the probes follow the disk under Slot.
+	Tracked bool
+	Slot    uint32
+}
+
+// Prober is what the inventory needs of the BPF side.
+type Prober interface {
+	Inode(f *os.File) (uint64, error)
+	Track(inode uint64, slot uint32, cfg probe.ImageConfig) error
+	Configure(slot uint32, cfg probe.ImageConfig) error
+	Untrack(inode uint64, slot uint32) error
+	SetFormatClusters(slot uint32, old, clusters []uint64) error
+	SetProcesses(tgids []uint32, all bool) error
+	MaxDisks() int
+}
+
+// Discoverer finds the disks.
+type Discoverer interface {
+	Discover(ctx context.Context) (*discovery.Result, error)
+}
+
+// Options tune the inventory.
+type Options struct {
+	// MaxFormatClusters bounds the qcow2 metadata clusters read per image.
+	MaxFormatClusters int
+	// ImageRefresh is how often a tracked image is identified again (guest
+	// file system, qcow2 metadata layout).
+	ImageRefresh time.Duration
+	Logger       *slog.Logger
+}
+
+// fileID is an image file's identity on the host: a replaced file (same
+// path, new inode) is a new disk.
+type fileID struct {
+	dev, ino uint64
+}
+
+type entry struct {
+	Disk
+	id        fileID
+	file      *os.File
+	inode     uint64
+	clusters  []uint64
+	identAt   time.Time
+	lastError error
+}
+
+// Inventory is the current set of disks.
+type Inventory struct {
+	prober Prober
+	disc   Discoverer
+	opts   Options
+	log    *slog.Logger
+
+	mu       sync.RWMutex
+	entries  map[fileID]*entry
+	free     []uint32 // free slots, reused oldest-freed first
+	stats    Stats
+	snapshot []Disk
+}
+
+// Stats describes the last refresh, for the exporter's own metrics.
+type Stats struct {
+	Refreshes      uint64
+	LastRefresh    time.Time
+	LastDuration   time.Duration
+	SourceErrors   map[string]error  // by discovery source, from the last refresh
+	SourceDisks    map[string]int    // disks found, by source
+	ErrorsTotal    map[string]uint64 // cumulative discovery errors, by source
+	ImageErrors    uint64            // cumulative failures to open/identify/track an image
+	Untrackable    int               // disks beyond the slot limit in the last refresh
+	LimitReached   uint64            // refreshes that hit the slot limit
+	TrackedDisks   int
+	MaxDisks       int
+	FollowAllTasks bool
+}
+
+// New returns an empty inventory.
+func New(p Prober, d Discoverer, opts Options) *Inventory {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxFormatClusters == 0 {
+		opts.MaxFormatClusters = 65536
+	}
+	if opts.ImageRefresh == 0 {
+		opts.ImageRefresh = time.Minute
+	}
+	inv := &Inventory{prober: p, disc: d, opts: opts, log: opts.Logger, entries: map[fileID]*entry{}}
+	for s := 0; s < p.MaxDisks(); s++ {
+		inv.free = append(inv.free, uint32(s))
+	}
+	inv.stats.ErrorsTotal = map[string]uint64{}
+	inv.stats.MaxDisks = p.MaxDisks()
+	return inv
+}
+
+// Disks returns the current disks, sorted by domain and target.
+func (inv *Inventory) Disks() []Disk {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	return inv.snapshot
+}
+
+// Stats returns the refresh statistics.
+func (inv *Inventory) Stats() Stats {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	s := inv.stats
+	s.ErrorsTotal = maps(inv.stats.ErrorsTotal)
+	return s
+}
+
+func maps[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Run refreshes every interval until ctx ends.
+func (inv *Inventory) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := inv.Refresh(ctx); err != nil {
+			inv.log.Warn("refresh disks", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh runs discovery once and brings the tracked set in line with it.
+func (inv *Inventory) Refresh(ctx context.Context) error {
+	start := time.Now()
+	res, err := inv.disc.Discover(ctx)
+	if err != nil {
+		return fmt.Errorf("discover disks: %w", err)
+	}
+	seen := map[fileID]bool{}
+	var imageErrs uint64
+	untrackable := 0
+	for _, d := range res.Disks {
+		id, err := statID(d.SourceFile)
+		if err != nil {
+			// A VM that stops between discovery and here, or a path
+			// the exporter cannot see: skip it this round.
+			inv.log.Debug("stat image", "file", d.SourceFile, "err", err)
+			imageErrs++
+			continue
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		e := inv.entries[id]
+		if e == nil {
+			e, err = inv.add(id, d)
+			if errors.Is(err, ErrLimit) {
+				untrackable++
+				continue
+			}
+			if err != nil {
+				inv.log.Warn("track disk", "domain", d.Domain, "file", d.SourceFile, "err", err)
+				imageErrs++
+				continue
+			}
+		}
+		e.Disk.Disk = d
+		if time.Since(e.identAt) >= inv.opts.ImageRefresh {
+			if err := inv.identify(e); err != nil {
+				imageErrs++
+			}
+		}
+	}
+	for id, e := range inv.entries {
+		if !seen[id] {
+			inv.remove(id, e)
+		}
+	}
+	inv.followProcesses()
+
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.stats.Refreshes++
+	inv.stats.LastRefresh = time.Now()
+	inv.stats.LastDuration = time.Since(start)
+	inv.stats.SourceErrors = res.Errors
+	inv.stats.SourceDisks = map[string]int{}
+	for _, d := range res.Disks {
+		inv.stats.SourceDisks[d.Source]++
+	}
+	for src, err := range res.Errors {
+		if err != nil {
+			inv.stats.ErrorsTotal[src]++
+		}
+	}
+	inv.stats.ImageErrors += imageErrs
+	inv.stats.Untrackable = untrackable
+	if untrackable > 0 {
+		inv.stats.LimitReached++
+	}
+	inv.snapshot = inv.buildSnapshot()
+	inv.stats.TrackedDisks = len(inv.snapshot)
+	return nil
+}
+
+func statID(path string) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileID{}, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return fileID{}, fmt.Errorf("%s is not a regular file", path)
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// add opens, identifies and registers a new disk.
+func (inv *Inventory) add(id fileID, d discovery.Disk) (*entry, error) {
+	if len(inv.free) == 0 {
+		return nil, ErrLimit
+	}
+	f, err := os.Open(d.SourceFile)
+	if err != nil {
+		return nil, fmt.Errorf("open image %s: %w", d.SourceFile, err)
+	}
+	// The file may have been replaced between stat and open.
+	if got, err := fdID(f); err != nil || got != id {
+		f.Close()
+		return nil, fmt.Errorf("open image %s: file changed while opening", d.SourceFile)
+	}
+	e := &entry{Disk: Disk{Disk: d}, id: id, file: f}
+	if m, err := hostfs.Lookup(d.SourceFile); err == nil {
+		e.HostFS = m
+	} else {
+		inv.log.Warn("host file system of image", "file", d.SourceFile, "err", err)
+	}
+	_ = inv.identify(e)
+	inode, err := inv.prober.Inode(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	slot := inv.free[0]
+	if err := inv.prober.Track(inode, slot, e.probeConfig()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	inv.free = inv.free[1:]
+	e.inode, e.Slot, e.Tracked = inode, slot, true
+	inv.syncClusters(e)
+	inv.entries[id] = e
+	inv.log.Info("tracking disk", "domain", d.Domain, "target", d.TargetDevice, "file", d.SourceFile,
+		"format", e.ImageFormat, "guest_fs", e.GuestFS, "host_fs", e.HostFS.FSType, "slot", slot)
+	return e, nil
+}
+
+func fdID(f *os.File) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// identify reads the image's own bytes: format, guest file system, and for
+// qcow2 the metadata layout. Bounded reads; a failure keeps the last result.
+func (inv *Inventory) identify(e *entry) error {
+	e.identAt = time.Now()
+	// The format the VMM was told wins over the header: a guest can write a
+	// qcow2 header into a raw disk (CVE-2008-2004).
+	format := ""
+	if e.Format == diskimage.FormatRaw || e.Format == diskimage.FormatQcow2 {
+		format = e.Format
+	}
+	info, err := diskimage.ProbeFileAs(e.SourceFile, format)
+	if err != nil {
+		e.lastError = err
+		if e.ImageFormat == "" {
+			e.ImageFormat, e.GuestFS, e.GuestFSSource = "unknown", "unknown", "image"
+		}
+		inv.log.Warn("identify image", "file", e.SourceFile, "err", err)
+		return err
+	}
+	e.ImageFormat = info.Format
+	e.VirtualSize = info.VirtualSize
+	e.GuestFS, e.GuestFSSource = info.GuestFS, "image"
+	if e.Disk.Disk.GuestFS != "" {
+		e.GuestFS, e.GuestFSSource = e.Disk.Disk.GuestFS, "override"
+	}
+	if e.Tracked {
+		inv.syncClusters(e)
+	}
+	return nil
+}
+
+func (e *entry) probeConfig() probe.ImageConfig {
+	return probe.ImageConfig{QCOW2: e.ImageFormat == diskimage.FormatQcow2}
+}
+
+// syncClusters hands the qcow2 metadata clusters of an image to the probes,
+// so that the format's own I/O is told apart from the guest's.
+func (inv *Inventory) syncClusters(e *entry) {
+	if e.ImageFormat != diskimage.FormatQcow2 {
+		return
+	}
+	fi, err := e.file.Stat()
+	if err != nil {
+		return
+	}
+	layout, err := diskimage.Qcow2Metadata(e.file, fi.Size(), inv.opts.MaxFormatClusters)
+	if err != nil {
+		inv.log.Warn("qcow2 metadata layout", "file", e.SourceFile, "err", err)
+		return
+	}
+	cs := uint64(layout.ClusterSize)
+	var clusters []uint64
+	for _, r := range layout.Ranges {
+		for c := uint64(r.Start) / cs; c*cs < uint64(r.End); c++ {
+			clusters = append(clusters, c)
+		}
+	}
+	bits := uint32(0)
+	for (uint64(1) << bits) < cs {
+		bits++
+	}
+	if err := inv.prober.Configure(e.Slot, probe.ImageConfig{QCOW2: true, ClusterBits: bits}); err != nil {
+		inv.log.Warn("configure qcow2 disk", "file", e.SourceFile, "err", err)
+		return
+	}
+	if err := inv.prober.SetFormatClusters(e.Slot, e.clusters, clusters); err != nil {
+		inv.log.Warn("qcow2 metadata clusters", "file", e.SourceFile, "err", err)
+		return
+	}
+	e.clusters = clusters
+}
+
+func (inv *Inventory) remove(id fileID, e *entry) {
+	if e.Tracked {
+		if err := inv.prober.Untrack(e.inode, e.Slot); err != nil {
+			inv.log.Warn("untrack disk", "file", e.SourceFile, "err", err)
+		}
+		inv.free = append(inv.free, e.Slot)
+	}
+	e.file.Close()
+	delete(inv.entries, id)
+	inv.log.Info("disk gone", "domain", e.Domain, "target", e.TargetDevice, "file", e.SourceFile)
+}
+
+// followProcesses tells the probes which VMM processes to follow: all
+// processes when a tracked disk has no known VMM (a static config entry
+// without pid).
+func (inv *Inventory) followProcesses() {
+	var tgids []uint32
+	all := false
+	for _, e := range inv.entries {
+		if e.PID > 0 {
+			tgids = append(tgids, uint32(e.PID))
+		} else {
+			all = true
+		}
+	}
+	slices.Sort(tgids)
+	tgids = slices.Compact(tgids)
+	if err := inv.prober.SetProcesses(tgids, all); err != nil {
+		inv.log.Warn("follow VMM processes", "err", err)
+	}
+	inv.mu.Lock()
+	inv.stats.FollowAllTasks = all
+	inv.mu.Unlock()
+}
+
+func (inv *Inventory) buildSnapshot() []Disk {
+	out := make([]Disk, 0, len(inv.entries))
+	for _, e := range inv.entries {
+		out = append(out, e.Disk)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Domain != b.Domain {
+			return a.Domain < b.Domain
+		}
+		if a.TargetDevice != b.TargetDevice {
+			return a.TargetDevice < b.TargetDevice
+		}
+		return a.SourceFile < b.SourceFile
+	})
+	return out
+}
+
+// Close stops following every disk.
+func (inv *Inventory) Close() {
+	for id, e := range inv.entries {
+		inv.remove(id, e)
+	}
+}

@@ -1,0 +1,242 @@
+// Command fspair_exporter follows the I/O each VM issues on its disk image
+// files with tracepoint-based BPF programs and exports it per VM disk, with
+// the guest and host file systems of each disk, for Prometheus.
+//
+// main only wires flags, logging, the BPF probes, discovery and HTTP; the
+// work is in the packages beside it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/fspair/fspair/exporter/collector"
+	"github.com/fspair/fspair/exporter/discovery"
+	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
+)
+
+const name = "fspair_exporter"
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	app := kingpin.New(name, "Per-VM-disk I/O and file-system-pair metrics for KVM hosts, from tracepoint BPF probes.")
+	var (
+		metricsPath  = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
+		maxRequests  = app.Flag("web.max-requests", "Maximum number of parallel scrape requests (0 = no limit).").Default("40").Int()
+		checkOnly    = app.Flag("check", "Discover disks, load and attach the probes, print what was found, and exit 0 if all is well, 1 if not.").Bool()
+		interval     = app.Flag("discovery.interval", "How often to look for VMs and disks.").Default("5s").Duration()
+		useLibvirt   = app.Flag("discovery.libvirt", "Discover libvirt domains.").Default("true").Bool()
+		libvirtSock  = app.Flag("discovery.libvirt.socket", "libvirt's read-only socket.").Default("/var/run/libvirt/libvirt-sock-ro").String()
+		libvirtTO    = app.Flag("discovery.libvirt.timeout", "Deadline for each libvirt call.").Default("3s").Duration()
+		useProc      = app.Flag("discovery.proc", "Discover plain QEMU processes in /proc.").Default("true").Bool()
+		procRoot     = app.Flag("discovery.proc.root", "The proc file system to scan.").Default("/proc").String()
+		configFile   = app.Flag("discovery.config.file", "Static disk list (YAML) for other VMMs and tests.").Default("").String()
+		maxDisks     = app.Flag("bpf.max-disks", "The most VM disks followed at once (sizes the BPF maps).").Default("1024").Int()
+		denyPrograms = app.Flag("probe.deny", "Do not load this BPF program (repeatable); for degraded operation and tests.").Strings()
+		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
+		webConfig    = kingpinflag.AddFlags(app, ":9477")
+		logConfig    = &promslog.Config{}
+	)
+	flag.AddFlags(app, logConfig)
+	app.Version(version.Print(name))
+	app.HelpFlag.Short('h')
+	if _, err := app.Parse(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v (see --help)\n", name, err)
+		return 2
+	}
+	logger := promslog.New(logConfig)
+	if *maxDisks < 1 || *maxDisks > 65536 {
+		fmt.Fprintf(os.Stderr, "%s: --bpf.max-disks must be between 1 and 65536, got %d\n", name, *maxDisks)
+		return 2
+	}
+	if *interval < 100*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "%s: --discovery.interval must be at least 100ms, got %s\n", name, *interval)
+		return 2
+	}
+
+	opts := discovery.Options{
+		Libvirt:        *useLibvirt,
+		LibvirtSocket:  *libvirtSock,
+		LibvirtTimeout: *libvirtTO,
+		Proc:           *useProc,
+		ProcRoot:       *procRoot,
+		ConfigFile:     *configFile,
+		Logger:         logger,
+	}
+	disc, err := discovery.New(opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	defer disc.Close()
+	// Validate the web config before touching the kernel, so a bad file
+	// leaves nothing half-started.
+	if *webConfig.WebConfigFile != "" {
+		if err := web.Validate(*webConfig.WebConfigFile); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: web config %s: %v\n", name, *webConfig.WebConfigFile, err)
+			return 2
+		}
+	}
+
+	if err := ensureTracefs(); err != nil {
+		logger.Warn("tracefs", "err", err)
+	}
+	probes, err := probe.Load(probe.Options{MaxDisks: *maxDisks, Deny: *denyPrograms, Logger: logger})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v (fspair_exporter needs root or CAP_BPF+CAP_PERFMON+CAP_SYS_RESOURCE, and a kernel with BTF)\n", name, err)
+		return 1
+	}
+	defer probes.Close()
+	inv := inventory.New(probes, disc, inventory.Options{ImageRefresh: *imageRefresh, Logger: logger})
+	defer inv.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *checkOnly {
+		return check(ctx, inv, probes)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		versioncollector.NewCollector("fspair_exporter"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collector.NewExporter(map[string]collector.Collector{
+			"disk":      collector.NewDiskCollector(inv, probes),
+			"probe":     collector.NewProbeCollector(probes),
+			"discovery": collector.NewDiscoveryCollector(inv, disc.Sources()),
+		}, logger),
+	)
+	// The first round runs before serving so that the first scrape sees the disks.
+	if err := inv.Refresh(ctx); err != nil {
+		logger.Warn("first discovery", "err", err)
+	}
+	go inv.Run(ctx, *interval)
+
+	mux := http.NewServeMux()
+	mux.Handle(*metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		MaxRequestsInFlight: *maxRequests,
+		Registry:            reg,
+	}))
+	if *metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "fspair exporter",
+			Description: "Per-VM-disk I/O and guest/host file-system pairs",
+			Version:     version.Info(),
+			Links:       []web.LandingLinks{{Address: *metricsPath, Text: "Metrics"}},
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: landing page: %v\n", name, err)
+			return 1
+		}
+		mux.Handle("/", landing)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- web.ListenAndServe(srv, webConfig, logger) }()
+	logger.Info("started", "version", version.Info(), "programs_attached", attached(probes), "disks", len(inv.Disks()))
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(os.Stderr, "%s: serve: %v\n", name, err)
+			return 1
+		}
+	case <-ctx.Done():
+		logger.Info("stopping")
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}
+	return 0
+}
+
+func attached(p *probe.Probes) int {
+	n := 0
+	for _, pr := range p.Programs() {
+		if pr.Attached {
+			n++
+		}
+	}
+	return n
+}
+
+// check prints the probes and disks found and says whether all is well.
+func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) int {
+	ok := true
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROGRAM\tATTACHED\tERROR")
+	for _, pr := range probes.Programs() {
+		msg := ""
+		if pr.Err != nil {
+			msg = pr.Err.Error()
+			if !errors.Is(pr.Err, probe.ErrDenied) {
+				ok = false
+			}
+		}
+		fmt.Fprintf(w, "%s\t%v\t%s\n", pr.Name, pr.Attached, msg)
+	}
+	w.Flush()
+	if err := inv.Refresh(ctx); err != nil {
+		fmt.Printf("discovery failed: %v\n", err)
+		return 1
+	}
+	st := inv.Stats()
+	fmt.Println()
+	for src, err := range st.SourceErrors {
+		if err != nil {
+			fmt.Printf("discovery source %s: %v\n", src, err)
+			ok = false
+		}
+	}
+	fmt.Fprintln(w, "DOMAIN\tTARGET\tFORMAT\tGUEST_FS\tHOST_FS\tHOST_DEVICE\tCACHE\tAIO\tSOURCE\tFILE")
+	for _, d := range inv.Disks() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Domain, d.TargetDevice, d.ImageFormat,
+			d.GuestFS, d.HostFS.FSType, d.HostFS.Device, d.Cache, d.AIO, d.Source, d.SourceFile)
+	}
+	w.Flush()
+	fmt.Printf("\n%d disks tracked, %d programs attached of %d\n", st.TrackedDisks, attached(probes), len(probes.Programs()))
+	if st.ImageErrors > 0 {
+		fmt.Printf("%d image files could not be opened or identified (see the log)\n", st.ImageErrors)
+		ok = false
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// ensureTracefs mounts tracefs where the kernel documents it when it is
+// missing: tracepoint programs are attached by event ids read from it.
+func ensureTracefs() error {
+	const dir = "/sys/kernel/tracing"
+	if _, err := os.Stat(dir + "/events"); err == nil {
+		return nil
+	}
+	if err := syscall.Mount("tracefs", dir, "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("mount tracefs on %s: %w", dir, err)
+	}
+	return nil
+}

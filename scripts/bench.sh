@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# make bench: the exporter's cost, measured side by side in one run.
+#  1. fio 4k random reads and writes on a host file (psync, page cache: the
+#     highest IOPS a file sustains here): no tracer, fspair_exporter with all
+#     probes following the file, BCC's libbpf-tools (biolatency+biopattern+
+#     bitesize) instead. Runs alternate and repeat; the median is reported.
+#  2. ns per event of every BPF program, from bpf_stats, during (1).
+#  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
+# Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/fspair_exporter}
+RUNTIME=${RUNTIME:-10}   # seconds per fio run
+REPS=${REPS:-5}          # runs per configuration
+PORT=19478
+work=$(mktemp -d /var/tmp/fspair-bench.XXXXXX)
+out=bench/results.txt
+mkdir -p bench
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+log() { echo "bench: $*" >&2; }
+
+start_exporter() { # config file
+	"$BIN" --web.listen-address=127.0.0.1:$PORT --no-discovery.libvirt --no-discovery.proc \
+		--discovery.config.file="$1" --bpf.max-disks=2048 --log.level=warn &
+	exporter=$!
+	pids+=("$exporter")
+	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
+	log "exporter did not start"; exit 1
+}
+stop_exporter() { kill "$exporter"; wait "$exporter" 2>/dev/null || true; }
+
+fio_iops() { # rw
+	fio --name=bench --filename="$work/host.img" --rw="$1" --bs=4k --size=512m --ioengine=psync \
+		--time_based --runtime="$RUNTIME" --randrepeat=0 --norandommap --output-format=json 2>/dev/null |
+		jq -r "[.jobs[0].read.iops, .jobs[0].write.iops] | add"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+{
+echo "# fspair bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+} | tee "$out"
+
+# 1+2: IOPS cost.
+log "preparing a 512 MiB host file (page cache warm)"
+fio --name=fill --filename="$work/host.img" --rw=write --bs=1m --size=512m --ioengine=psync --output=/dev/null
+cat "$work/host.img" > /dev/null
+cat > "$work/one.yml" <<YML
+disks:
+  - domain: bench
+    uuid: 00000000-0000-0000-0000-0000000000b0
+    target_device: vda
+    source_file: $work/host.img
+YML
+for rw in randread randwrite; do
+	declare -a base=() fsp=() bcc=()
+	for i in $(seq "$REPS"); do
+		log "$rw run $i/$REPS: no tracer"
+		base+=("$(fio_iops $rw)")
+		log "$rw run $i/$REPS: fspair_exporter"
+		start_exporter "$work/one.yml"
+		fsp+=("$(fio_iops $rw)")
+		stop_exporter
+		log "$rw run $i/$REPS: libbpf-tools biolatency+biopattern+bitesize"
+		biolatency 3600 1 >/dev/null 2>&1 & b1=$!
+		biopattern 3600 1 >/dev/null 2>&1 & b2=$!
+		bitesize 3600 1 >/dev/null 2>&1 & b3=$!
+		pids+=("$b1" "$b2" "$b3")
+		sleep 2
+		bcc+=("$(fio_iops $rw)")
+		kill "$b1" "$b2" "$b3" 2>/dev/null; wait "$b1" "$b2" "$b3" 2>/dev/null || true
+	done
+	b=$(printf '%s\n' "${base[@]}" | median)
+	f=$(printf '%s\n' "${fsp[@]}" | median)
+	c=$(printf '%s\n' "${bcc[@]}" | median)
+	awk -v rw="$rw" -v b="$b" -v f="$f" -v c="$c" 'BEGIN {
+		printf "iops %-9s none %.0f  fspair %.0f (%+.2f%%)  libbpf-tools %.0f (%+.2f%%)\n", rw, b, f, 100*(f-b)/b, c, 100*(c-b)/b }' | tee -a "$out"
+	echo "iops $rw runs: none ${base[*]} | fspair ${fsp[*]} | libbpf-tools ${bcc[*]}" >> "$out"
+done
+
+log "per-program cost (bpf_stats) over one randread + randwrite run"
+start_exporter "$work/one.yml"
+fio_iops randread >/dev/null
+fio_iops randwrite >/dev/null
+curl -sf "http://127.0.0.1:$PORT/metrics" > "$work/m.txt"
+stop_exporter
+awk '
+	/^fspair_probe_runs_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); runs[p] = $NF }
+	/^fspair_probe_run_seconds_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); secs[p] = $NF }
+	END { for (p in runs) if (runs[p] > 0) printf "ns/event %-18s %8.0f runs  %6.1f ns\n", p, runs[p], 1e9*secs[p]/runs[p] }
+' "$work/m.txt" | sort -k2 | tee -a "$out"
+
+# 3: scrape time and RSS by tracked disks.
+for n in 10 100 1000; do
+	log "scrape at $n disks"
+	cfg="$work/n$n.yml"
+	echo "disks:" > "$cfg"
+	for i in $(seq "$n"); do
+		truncate -s 1G "$work/d$i.img"
+		printf '  - domain: vm%d\n    uuid: 00000000-0000-0000-0000-%012d\n    target_device: vda\n    source_file: %s\n' \
+			"$i" "$i" "$work/d$i.img" >> "$cfg"
+	done
+	start_exporter "$cfg"
+	for _ in $(seq 100); do
+		got=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -c '^fspair_disk_info{' || true)
+		[ "$got" = "$n" ] && break
+		sleep 0.2
+	done
+	times=()
+	for _ in $(seq 20); do times+=("$(curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+	t=$(printf '%s\n' "${times[@]}" | median)
+	rss=$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")
+	series=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -vc '^#')
+	awk -v n="$n" -v t="$t" -v r="$rss" -v s="$series" 'BEGIN { printf "scrape disks=%-5d %7.1f ms (median of 20)  rss %.1f MiB  series %d\n", n, 1000*t, r/1024, s }' | tee -a "$out"
+	stop_exporter
+	rm -f "$work"/d*.img
+done
+log "results in $out"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# make demo: two lab VMs on two file-system pairs, fspair_exporter, Prometheus.
+# Extra arguments go to the demo (e.g. --duration=2m to stop by itself).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "demo: run as root (loop devices, mounts, BPF)"; exit 1; }
+bash scripts/install-deps.sh
+export GOFLAGS=-mod=mod
+go build -o bin/fspair_exporter ./exporter
+go build -o bin/fspair-demo ./tests/demo
+exec bin/fspair-demo --exporter=bin/fspair_exporter "$@"
