@@ -151,6 +151,20 @@ struct inflight {
 	u8 op;
 	u8 format; /* qcow2 metadata, counted apart from guest data */
 	u8 pad[2];
+	u32 tgid; /* linux-aio: the submitting process */
+};
+
+/* Key of aio_pending: a user-space iocb of a process. */
+struct aio_key {
+	u64 iocb;
+	u32 tgid;
+	u32 pad;
+};
+
+/* Value of aio_calls: an io_submit(2) in progress. */
+struct aio_call {
+	u64 iocbpp;
+	u64 nr;
 };
 
 /* Key 0 of registration: user space asks for the inode behind one of its fds. */
@@ -216,21 +230,37 @@ struct {
 	__type(value, struct inflight);
 } inflight_calls SEC(".maps");
 
-/* Asynchronous requests in flight, by struct kiocb (linux-aio) or struct io_kiocb (io_uring). */
+/* io_uring requests in flight, by struct io_kiocb. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_INFLIGHT);
 	__type(key, u64);
 	__type(value, struct inflight);
-} inflight_async SEC(".maps");
+} inflight_uring SEC(".maps");
 
-/* Threads inside io_submit(2) of a followed process. */
+/* linux-aio requests submitted but not yet in direct I/O, by (tgid, user iocb). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, struct aio_key);
+	__type(value, struct inflight);
+} aio_pending SEC(".maps");
+
+/* linux-aio requests in direct I/O, by struct kiocb. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, u64);
+	__type(value, struct inflight);
+} inflight_aio SEC(".maps");
+
+/* Threads inside io_submit(2) of a followed process: the call's iocb array. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_INFLIGHT);
 	__type(key, u64);
-	__type(value, u8);
-} aio_submitters SEC(".maps");
+	__type(value, struct aio_call);
+} aio_calls SEC(".maps");
 
 /* Events lost, by enum drop. */
 struct {
@@ -708,23 +738,114 @@ int fallocate_exit(struct syscall_exit_ctx *ctx)
 }
 
 /*
- * aio=native: io_submit(2) hands each iocb to the file's read_iter/write_iter
- * in the calling thread; on ext4, XFS and Btrfs direct I/O goes through
- * iomap, whose tracepoints carry the kiocb from submission to completion.
- * QEMU reaps linux-aio completions from the shared ring without a system
- * call, so the iomap completion is the only place the end of the request is
- * seen. The thread is marked while inside io_submit so that only those
- * direct I/Os are taken as linux-aio requests.
+ * aio=native: QEMU hands iocbs to io_submit(2) and reaps completions from the
+ * shared ring without a system call, so the end of a request is seen in the
+ * file system: ext4, XFS and Btrfs run direct I/O through iomap, whose
+ * tracepoints carry the kernel's kiocb, embedded in struct aio_kiocb whose
+ * ki_res.obj holds the user iocb pointer (fs/aio.c io_submit_one). A request
+ * the file system does not do as direct I/O (Btrfs falls back to buffered
+ * writes for checksummed files since v6.15, and any file system may return
+ * -ENOTBLK) is done inside io_submit and completes when the call returns.
+ *
+ * io_submit entry: every iocb on a tracked image is accounted and parked in
+ * aio_pending. iomap_dio_rw_begin moves it to inflight_aio by kiocb;
+ * iomap_dio_complete completes it (or, on -ENOTBLK, parks it again). At
+ * io_submit exit, what is still parked was done synchronously: complete it;
+ * iocbs the call did not accept are dropped from the accounting.
  */
+#define AIO_BATCH_MAX 512 /* iocbs looked at per io_submit call */
+#define IOCB_CMD_PREAD 0
+#define IOCB_CMD_PWRITE 1
+#define IOCB_CMD_PREADV 7
+#define IOCB_CMD_PWRITEV 8
+#define ENOTBLK 15
+
+struct aio_walk {
+	u64 iocbpp;
+	u32 tgid;
+	s64 ret; /* exit: iocbs accepted */
+	u64 now;
+};
+
+static long aio_submit_one(u64 i, void *data)
+{
+	struct aio_walk *w = data;
+	struct aio_key key = { .tgid = w->tgid };
+	struct iocb cb = {};
+	struct inflight rec;
+	u32 *slot;
+	u64 len;
+	u8 op;
+
+	if (bpf_probe_read_user(&key.iocb, sizeof(key.iocb), (void *)(w->iocbpp + i * 8)) ||
+	    bpf_probe_read_user(&cb, sizeof(cb), (void *)key.iocb))
+		return 0;
+	switch (cb.aio_lio_opcode) {
+	case IOCB_CMD_PREAD:
+	case IOCB_CMD_PREADV:
+		op = OP_READ;
+		break;
+	case IOCB_CMD_PWRITE:
+	case IOCB_CMD_PWRITEV:
+		op = OP_WRITE;
+		break;
+	default:
+		return 0;
+	}
+	slot = file_slot(fd_file(cb.aio_fildes));
+	if (!slot)
+		return 0;
+	len = cb.aio_nbytes;
+	if (cb.aio_lio_opcode == IOCB_CMD_PREADV || cb.aio_lio_opcode == IOCB_CMD_PWRITEV)
+		len = iov_bytes((const struct iovec *)cb.aio_buf, cb.aio_nbytes);
+	if (!submit(&rec, *slot, op, cb.aio_offset, len, IFACE_LINUX_AIO,
+		    cb.aio_rw_flags & (RWF_DSYNC | RWF_SYNC)))
+		return 0;
+	rec.tgid = w->tgid;
+	if (bpf_map_update_elem(&aio_pending, &key, &rec, BPF_ANY))
+		drop(DROP_INFLIGHT_FULL);
+	return 0;
+}
+
 SEC("tracepoint/syscalls/sys_enter_io_submit")
 int io_submit_enter(struct syscall_enter_ctx *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	u8 one = 1;
+	struct aio_call call = { .iocbpp = ctx->args[2], .nr = ctx->args[1] };
+	struct aio_walk w = { .iocbpp = ctx->args[2], .tgid = id >> 32 };
 
-	if (!task_followed(id >> 32))
+	if (!task_followed(id >> 32) || (s64)call.nr <= 0)
 		return 0;
-	bpf_map_update_elem(&aio_submitters, &id, &one, BPF_ANY);
+	if (call.nr > AIO_BATCH_MAX)
+		call.nr = AIO_BATCH_MAX;
+	bpf_loop(call.nr, aio_submit_one, &w, 0);
+	bpf_map_update_elem(&aio_calls, &id, &call, BPF_ANY);
+	return 0;
+}
+
+static long aio_finish_one(u64 i, void *data)
+{
+	struct aio_walk *w = data;
+	struct aio_key key = { .tgid = w->tgid };
+	struct inflight *rec;
+	struct seek_state *sk;
+	u32 slot;
+
+	if (bpf_probe_read_user(&key.iocb, sizeof(key.iocb), (void *)(w->iocbpp + i * 8)))
+		return 0;
+	rec = bpf_map_lookup_elem(&aio_pending, &key);
+	if (!rec)
+		return 0;
+	if ((s64)i < w->ret) {
+		complete(rec, rec->len); /* done in the call: buffered fallback */
+	} else if (!rec->format) {
+		/* Not accepted by the kernel: it never became a request. */
+		slot = rec->slot;
+		sk = bpf_map_lookup_elem(&disk_seek, &slot);
+		if (sk)
+			inc(&sk->inflight, -1);
+	}
+	bpf_map_delete_elem(&aio_pending, &key);
 	return 0;
 }
 
@@ -732,48 +853,67 @@ SEC("tracepoint/syscalls/sys_exit_io_submit")
 int io_submit_exit(struct syscall_exit_ctx *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
+	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &id);
+	struct aio_walk w = { .tgid = id >> 32, .ret = ctx->ret };
 
-	bpf_map_delete_elem(&aio_submitters, &id);
+	if (!call)
+		return 0;
+	w.iocbpp = call->iocbpp;
+	bpf_loop(call->nr, aio_finish_one, &w, 0);
+	bpf_map_delete_elem(&aio_calls, &id);
 	return 0;
+}
+
+/* The user iocb behind a kernel kiocb of linux-aio (struct aio_kiocb.rw is its first member). */
+static __always_inline u64 aio_user_iocb(struct kiocb *iocb)
+{
+	struct aio_kiocb *req = (void *)iocb;
+
+	return BPF_CORE_READ(req, ki_res.obj);
 }
 
 SEC("tp_btf/iomap_dio_rw_begin")
 int iomap_dio_begin(u64 *ctx)
 {
 	struct kiocb *iocb = (void *)ctx[0];
-	struct iov_iter *iter = (void *)ctx[1];
 	u64 id = bpf_get_current_pid_tgid();
-	struct inflight rec;
-	u64 key = (u64)iocb;
-	u32 *slot;
-	u8 op;
+	struct aio_key key = { .tgid = id >> 32 };
+	struct inflight *rec;
+	u64 kio = (u64)iocb;
 
-	if (!bpf_map_lookup_elem(&aio_submitters, &id))
+	if (!bpf_map_lookup_elem(&aio_calls, &id))
 		return 0;
-	slot = file_slot(BPF_CORE_READ(iocb, ki_filp));
-	if (!slot)
+	key.iocb = aio_user_iocb(iocb);
+	rec = bpf_map_lookup_elem(&aio_pending, &key);
+	if (!rec)
 		return 0;
-	op = BPF_CORE_READ(iter, data_source) ? OP_WRITE : OP_READ;
-	if (!submit(&rec, *slot, op, BPF_CORE_READ(iocb, ki_pos), BPF_CORE_READ(iter, count),
-		    IFACE_LINUX_AIO, BPF_CORE_READ(iocb, ki_flags) & (IOCB_DSYNC | IOCB_SYNC)))
-		return 0;
-	if (bpf_map_update_elem(&inflight_async, &key, &rec, BPF_ANY))
+	if (bpf_map_update_elem(&inflight_aio, &kio, rec, BPF_ANY))
 		drop(DROP_INFLIGHT_FULL);
+	else
+		bpf_map_delete_elem(&aio_pending, &key);
 	return 0;
 }
 
 SEC("tp_btf/iomap_dio_complete")
 int iomap_dio_done(u64 *ctx)
 {
-	u64 key = ctx[0];
+	u64 kio = ctx[0];
 	s64 error = (s32)ctx[1];
 	s64 ret = (s64)ctx[2];
-	struct inflight *rec = bpf_map_lookup_elem(&inflight_async, &key);
+	struct inflight *rec = bpf_map_lookup_elem(&inflight_aio, &kio);
+	struct aio_key key = {};
 
 	if (!rec)
 		return 0;
-	complete(rec, error < 0 ? error : ret);
-	bpf_map_delete_elem(&inflight_async, &key);
+	if (error == -ENOTBLK) {
+		/* The file system falls back to buffered I/O within the call. */
+		key.iocb = aio_user_iocb((void *)kio);
+		key.tgid = rec->tgid;
+		bpf_map_update_elem(&aio_pending, &key, rec, BPF_ANY);
+	} else {
+		complete(rec, error < 0 ? error : ret);
+	}
+	bpf_map_delete_elem(&inflight_aio, &kio);
 	return 0;
 }
 
@@ -848,7 +988,7 @@ int io_uring_submit(u64 *ctx)
 			   IFACE_IO_URING, dsync)) {
 		return 0;
 	}
-	if (bpf_map_update_elem(&inflight_async, &key, &rec, BPF_ANY))
+	if (bpf_map_update_elem(&inflight_uring, &key, &rec, BPF_ANY))
 		drop(DROP_INFLIGHT_FULL);
 	return 0;
 }
@@ -858,12 +998,12 @@ int io_uring_done(u64 *ctx)
 {
 	u64 key = ctx[1];
 	struct io_uring_cqe *cqe = (void *)ctx[2];
-	struct inflight *rec = bpf_map_lookup_elem(&inflight_async, &key);
+	struct inflight *rec = bpf_map_lookup_elem(&inflight_uring, &key);
 
 	if (!rec)
 		return 0;
 	complete(rec, BPF_CORE_READ(cqe, res));
-	bpf_map_delete_elem(&inflight_async, &key);
+	bpf_map_delete_elem(&inflight_uring, &key);
 	return 0;
 }
 
@@ -871,7 +1011,7 @@ SEC("tp_btf/io_uring_queue_async_work")
 int io_uring_punt(u64 *ctx)
 {
 	u64 key = ctx[0];
-	struct inflight *rec = bpf_map_lookup_elem(&inflight_async, &key);
+	struct inflight *rec = bpf_map_lookup_elem(&inflight_uring, &key);
 	struct counters *st;
 	u32 slot;
 

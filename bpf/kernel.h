@@ -113,7 +113,34 @@ struct io_uring_cqe {
 	__u32 flags;
 };
 
+struct io_event {
+	__u64 data;
+	__u64 obj;
+};
+
+/* fs/aio.c: the kernel side of a linux-aio request; rw is its first member. */
+struct aio_kiocb {
+	struct kiocb rw;
+	struct io_event ki_res;
+};
+
 #pragma clang attribute pop
+
+/* include/uapi/linux/aio_abi.h: the user-space iocb (UAPI, fixed layout). */
+struct iocb {
+	__u64 aio_data;
+	__u32 aio_key;
+	__u32 aio_rw_flags;
+	__u16 aio_lio_opcode;
+	__s16 aio_reqprio;
+	__u32 aio_fildes;
+	__u64 aio_buf;
+	__u64 aio_nbytes;
+	__s64 aio_offset;
+	__u64 aio_reserved2;
+	__u32 aio_flags;
+	__u32 aio_resfd;
+};
 
 /* Opaque pointers of tracepoint prototypes. */
 struct io_ring_ctx;

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type DiskAioCall struct {
+	_      structs.HostLayout
+	Iocbpp uint64
+	Nr     uint64
+}
+
+type DiskAioKey struct {
+	_    structs.HostLayout
+	Iocb uint64
+	Tgid uint32
+	Pad  uint32
+}
+
 type DiskCounters struct {
 	_                 structs.HostLayout
 	Requests          [6]uint64
@@ -60,6 +73,8 @@ type DiskInflight struct {
 	Op      uint8
 	Format  uint8
 	Pad     [2]uint8
+	Tgid    uint32
+	_       [4]byte
 }
 
 type DiskRegistrationReq struct {
@@ -83,15 +98,17 @@ type DiskSeekState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DiskMapAioSubmitters   = "aio_submitters"
+	DiskMapAioCalls        = "aio_calls"
+	DiskMapAioPending      = "aio_pending"
 	DiskMapDiskByInode     = "disk_by_inode"
 	DiskMapDiskConfig      = "disk_config"
 	DiskMapDiskSeek        = "disk_seek"
 	DiskMapDiskStats       = "disk_stats"
 	DiskMapEventsDropped   = "events_dropped"
 	DiskMapFormatClusters  = "format_clusters"
-	DiskMapInflightAsync   = "inflight_async"
+	DiskMapInflightAio     = "inflight_aio"
 	DiskMapInflightCalls   = "inflight_calls"
+	DiskMapInflightUring   = "inflight_uring"
 	DiskMapRegistration    = "registration"
 	DiskMapVmmTgids        = "vmm_tgids"
 	DiskProgFallocateEnter = "fallocate_enter"
@@ -198,15 +215,17 @@ type DiskProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskMapSpecs struct {
-	AioSubmitters  *ebpf.MapSpec `ebpf:"aio_submitters"`
+	AioCalls       *ebpf.MapSpec `ebpf:"aio_calls"`
+	AioPending     *ebpf.MapSpec `ebpf:"aio_pending"`
 	DiskByInode    *ebpf.MapSpec `ebpf:"disk_by_inode"`
 	DiskConfig     *ebpf.MapSpec `ebpf:"disk_config"`
 	DiskSeek       *ebpf.MapSpec `ebpf:"disk_seek"`
 	DiskStats      *ebpf.MapSpec `ebpf:"disk_stats"`
 	EventsDropped  *ebpf.MapSpec `ebpf:"events_dropped"`
 	FormatClusters *ebpf.MapSpec `ebpf:"format_clusters"`
-	InflightAsync  *ebpf.MapSpec `ebpf:"inflight_async"`
+	InflightAio    *ebpf.MapSpec `ebpf:"inflight_aio"`
 	InflightCalls  *ebpf.MapSpec `ebpf:"inflight_calls"`
+	InflightUring  *ebpf.MapSpec `ebpf:"inflight_uring"`
 	Registration   *ebpf.MapSpec `ebpf:"registration"`
 	VmmTgids       *ebpf.MapSpec `ebpf:"vmm_tgids"`
 }
@@ -239,30 +258,34 @@ func (o *DiskObjects) Close() error {
 //
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskMaps struct {
-	AioSubmitters  *ebpf.Map `ebpf:"aio_submitters"`
+	AioCalls       *ebpf.Map `ebpf:"aio_calls"`
+	AioPending     *ebpf.Map `ebpf:"aio_pending"`
 	DiskByInode    *ebpf.Map `ebpf:"disk_by_inode"`
 	DiskConfig     *ebpf.Map `ebpf:"disk_config"`
 	DiskSeek       *ebpf.Map `ebpf:"disk_seek"`
 	DiskStats      *ebpf.Map `ebpf:"disk_stats"`
 	EventsDropped  *ebpf.Map `ebpf:"events_dropped"`
 	FormatClusters *ebpf.Map `ebpf:"format_clusters"`
-	InflightAsync  *ebpf.Map `ebpf:"inflight_async"`
+	InflightAio    *ebpf.Map `ebpf:"inflight_aio"`
 	InflightCalls  *ebpf.Map `ebpf:"inflight_calls"`
+	InflightUring  *ebpf.Map `ebpf:"inflight_uring"`
 	Registration   *ebpf.Map `ebpf:"registration"`
 	VmmTgids       *ebpf.Map `ebpf:"vmm_tgids"`
 }
 
 func (m *DiskMaps) Close() error {
 	return _DiskClose(
-		m.AioSubmitters,
+		m.AioCalls,
+		m.AioPending,
 		m.DiskByInode,
 		m.DiskConfig,
 		m.DiskSeek,
 		m.DiskStats,
 		m.EventsDropped,
 		m.FormatClusters,
-		m.InflightAsync,
+		m.InflightAio,
 		m.InflightCalls,
+		m.InflightUring,
 		m.Registration,
 		m.VmmTgids,
 	)

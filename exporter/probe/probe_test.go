@@ -4,7 +4,9 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -269,5 +271,91 @@ func TestDeniedProgramDegrades(t *testing.T) {
 	}
 	if attached != len(p.Programs())-1 {
 		t.Errorf("%d of %d other programs attached", attached, len(p.Programs())-1)
+	}
+}
+
+// iocb is the linux-aio UAPI struct iocb (include/uapi/linux/aio_abi.h).
+type iocb struct {
+	data      uint64
+	key       uint32
+	rwFlags   int32
+	opcode    uint16
+	reqprio   int16
+	fd        uint32
+	buf       uint64
+	nbytes    uint64
+	offset    int64
+	reserved2 uint64
+	flags     uint32
+	resfd     uint32
+}
+
+// aioRound submits n 4 KiB requests of opcode (0 read, 1 write) with
+// io_submit and waits for them with io_getevents.
+func aioRound(t *testing.T, fd int, opcode uint16, n int) {
+	t.Helper()
+	var ctx uintptr
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 64, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		t.Fatalf("io_setup: %v", e)
+	}
+	defer unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+	mem, err := unix.Mmap(-1, 0, n*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	cbs := make([]iocb, n)
+	ptrs := make([]uintptr, n)
+	for i := range cbs {
+		cbs[i] = iocb{opcode: opcode, fd: uint32(fd), buf: uint64(uintptr(unsafe.Pointer(&mem[i*4096]))),
+			nbytes: 4096, offset: int64(i) * 4096}
+		ptrs[i] = uintptr(unsafe.Pointer(&cbs[i]))
+	}
+	r, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, ctx, uintptr(n), uintptr(unsafe.Pointer(&ptrs[0])))
+	if e != 0 || int(r) != n {
+		t.Fatalf("io_submit: %d, %v", r, e)
+	}
+	events := make([][4]uint64, n)
+	got := 0
+	for got < n {
+		r, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 1, uintptr(n-got), uintptr(unsafe.Pointer(&events[0])), 0, 0)
+		if e != 0 {
+			t.Fatalf("io_getevents: %v", e)
+		}
+		got += int(r)
+	}
+	runtime.KeepAlive(cbs)
+}
+
+// TestLinuxAIO covers both ways a linux-aio request ends: direct I/O seen
+// by iomap, and a request done inside io_submit (a buffered file).
+func TestLinuxAIO(t *testing.T) {
+	p, f := tracked(t)
+	buffered := int(f.Fd())
+	aioRound(t, buffered, 1, 8)
+	aioRound(t, buffered, 0, 8)
+	direct, err := unix.Open(f.Name(), unix.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(direct)
+	aioRound(t, direct, 1, 16)
+	aioRound(t, direct, 0, 16)
+	c := counters(t, p)
+	if c.Requests[opWrite] != 24 || c.Requests[opRead] != 24 {
+		t.Errorf("linux-aio: %d writes, %d reads; want 24, 24", c.Requests[opWrite], c.Requests[opRead])
+	}
+	if c.Bytes[opRead] != 24*4096 || c.Submissions[1] != 48 {
+		t.Errorf("linux-aio: %d read bytes (want %d), %d aio submissions (want 48)", c.Bytes[opRead], 24*4096, c.Submissions[1])
+	}
+	if got := sum(c.Latency[opRead][:]); got != 24 {
+		t.Errorf("read latency histogram holds %d, want 24", got)
+	}
+	var s bpf.DiskSeekState
+	if err := p.objs.DiskSeek.Lookup(uint32(3), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Inflight != 0 {
+		t.Errorf("%d requests still counted in flight after all completed", s.Inflight)
 	}
 }

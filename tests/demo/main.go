@@ -109,7 +109,7 @@ func demo(ctx context.Context, exporterBin, exporterAt, promAt, cacheDir string,
 		if err != nil {
 			return err
 		}
-		if _, err := vm.RunOK(setup, fmt.Sprintf("mount -t %s %s /mnt && (%s >/dev/null 2>&1 &)", v.guestFS, dev, v.fio)); err != nil {
+		if _, err := vm.RunOK(setup, fmt.Sprintf("mount -t %s /dev/%s /mnt && (%s >/dev/null 2>&1 &)", v.guestFS, dev, v.fio)); err != nil {
 			return fmt.Errorf("start workload in %s: %w", v.name, err)
 		}
 		fmt.Printf("demo: %s: guest %s on host %s (%s, cache=%s, aio=%s): %s\n",

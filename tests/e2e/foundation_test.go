@@ -131,7 +131,7 @@ func TestFoundation(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					checkDisk(t, ex, vm, d, dev)
+					checkDisk(t, ex, vm, d, "/dev/"+dev)
 				})
 			}
 
