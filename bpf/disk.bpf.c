@@ -344,7 +344,8 @@ static __always_inline u32 *file_slot(struct file *f)
 }
 
 /*
- * Signed seek distance buckets. Magnitudes step by 4x from 4 KiB to 64 GiB:
+ * Signed seek distance buckets. Magnitudes step by 4x from 4 KiB to 64 GiB
+ * (4K, 16K, 64K, 256K, 1M ...):
  * B_k = 4096 * 4^k, k = 0..12. Slots and their upper bounds (le):
  *   0..12  le = -B_(12-slot)   (|d| in [B_k, B_k+1), the farthest first)
  *   13     le = -1             (-4 KiB < d < 0)

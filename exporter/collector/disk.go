@@ -120,14 +120,19 @@ type CounterReader interface {
 	Counters(slot uint32) (bpf.DiskCounters, error)
 }
 
+// DiskLister lists the tracked disks.
+type DiskLister interface {
+	Disks() []inventory.Disk
+}
+
 // DiskCollector exports the request stream of every tracked VM disk.
 type DiskCollector struct {
-	inv      *inventory.Inventory
+	inv      DiskLister
 	counters CounterReader
 }
 
 // NewDiskCollector returns the disk collector.
-func NewDiskCollector(inv *inventory.Inventory, counters CounterReader) *DiskCollector {
+func NewDiskCollector(inv DiskLister, counters CounterReader) *DiskCollector {
 	return &DiskCollector{inv: inv, counters: counters}
 }
 

@@ -219,6 +219,10 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			if err := inv.identify(e); err != nil {
 				imageErrs++
 			}
+		} else {
+			// qcow2 allocates metadata as the guest writes: re-read the
+			// layout (L1 and refcount tables only) every round.
+			inv.syncClusters(e)
 		}
 	}
 	for id, e := range inv.entries {

@@ -359,3 +359,35 @@ func TestLinuxAIO(t *testing.T) {
 		t.Errorf("%d requests still counted in flight after all completed", s.Inflight)
 	}
 }
+
+// TestSeekBuckets checks the signed seek distance buckets against chosen
+// distances (le bounds -B12..-B0, -1, 0, B0..B12 with B_k = 4 KiB * 4^k).
+func TestSeekBuckets(t *testing.T) {
+	p, f := tracked(t)
+	fd := int(f.Fd())
+	buf := make([]byte, 4096)
+	at := func(off int64) {
+		if _, err := unix.Pread(fd, buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := int64(32 << 20)
+	at(base)                  // history starts; previous end = base+4K
+	at(base + 4096 + 8192)    // +8 KiB: (4K, 16K] -> slot 16
+	at(base + 4096 + 8192)    // -4 KiB from the end just before: [4K,16K) below 0 -> slot 12
+	at(base + 4096*4 + 1<<20) // +1 MiB from the previous end (base+16K)
+	c := counters(t, p)
+	want := map[int]uint64{16: 1, 12: 1}
+	for slot, n := range want {
+		if c.SeekPrev[slot] != n {
+			t.Errorf("seek_prev slot %d = %d, want %d (all: %v)", slot, c.SeekPrev[slot], n, c.SeekPrev)
+		}
+	}
+	// The fourth read: exactly B4 = 1 MiB -> slot 15+4.
+	if c.SeekPrev[19] != 1 {
+		t.Errorf("seek_prev slot 19 (le=1MiB) = %d, want 1 (all: %v)", c.SeekPrev[19], c.SeekPrev)
+	}
+	if c.SeekPrevSum != 8192-4096+1<<20 {
+		t.Errorf("seek_prev sum = %d, want %d", c.SeekPrevSum, 8192-4096+1<<20)
+	}
+}
