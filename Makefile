@@ -10,7 +10,7 @@ FUZZTIME  ?= 10m
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate lint test unit-test lab-test demo bench fuzz deps clean
+.PHONY: all build generate check-generate lint test unit-test lab-test demo demo-smoke bench fuzz deps clean
 
 all: build
 
@@ -32,7 +32,7 @@ lint: build
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate lint unit-test lab-test
+test: build check-generate lint unit-test lab-test demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
@@ -44,6 +44,10 @@ lab-test:
 
 demo: build
 	bash scripts/demo.sh
+
+# The demo, bounded in time, with its summary checked (part of make test).
+demo-smoke: build
+	bash scripts/demo-smoke.sh
 
 bench: build
 	bash scripts/bench.sh

@@ -1,0 +1,100 @@
+package probe
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestBtrfsSubvolumeImage: an image in a Btrfs subvolume, whose st_dev is
+// the subvolume's anonymous device rather than the file system's, is
+// followed like any other (the probes key images by inode, not st_dev).
+func TestBtrfsSubvolumeImage(t *testing.T) {
+	dir := t.TempDir()
+	backing := filepath.Join(dir, "btrfs.img")
+	if err := os.WriteFile(backing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(backing, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	loop := sh(t, "losetup", "-f", "--show", backing)
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+	sh(t, "mkfs.btrfs", "-q", "-f", loop)
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "mount", loop, mnt)
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	sh(t, "btrfs", "subvolume", "create", filepath.Join(mnt, "images"))
+	// Two files with the same inode number in two subvolumes: only the tracked one counts.
+	img := filepath.Join(mnt, "images", "disk.img")
+	other := filepath.Join(mnt, "disk.img")
+	for _, p := range []string{img, other} {
+		if err := os.WriteFile(p, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var a, b, m unix.Stat_t
+	if err := unix.Stat(img, &a); err != nil {
+		t.Fatal(err)
+	}
+	unix.Stat(other, &b)
+	unix.Stat(mnt, &m)
+	if a.Dev == m.Dev {
+		t.Fatalf("subvolume st_dev %d equals the mount's %d: the case under test did not arise", a.Dev, m.Dev)
+	}
+	t.Logf("subvolume file dev=%d ino=%d; top-level file dev=%d ino=%d", a.Dev, a.Ino, b.Dev, b.Ino)
+
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino, err := p.Inode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Track(ino, 5, ImageConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.OpenFile(other, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	buf := make([]byte, 4096)
+	for i := 0; i < 7; i++ {
+		unix.Pwrite(int(f.Fd()), buf, int64(i)*4096)
+		unix.Pwrite(int(g.Fd()), buf, int64(i)*4096)
+	}
+	c, err := p.Counters(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Requests[opWrite] != 7 {
+		t.Errorf("subvolume image: %d writes counted, want 7", c.Requests[opWrite])
+	}
+}
