@@ -11,6 +11,7 @@ pkgs=(
 	fio xfsprogs btrfs-progs e2fsprogs util-linux fdisk
 	busybox-static cpio kmod             # the lab's guest initramfs
 	libbpf-tools                         # reference tools to check figures against
+	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients  # libvirt discovery test (not -system: it pulls systemd)
 	curl jq ca-certificates
 )
 if [ -f tests/lab/packages.txt ]; then

@@ -115,6 +115,7 @@ type sourceState struct {
 	busy     atomic.Bool // a run is in progress (possibly abandoned)
 	lastGood []found
 	lastTime time.Time
+	failing  bool // the last run failed: log the change of state only
 }
 
 // found is a disk with the identity of its image file.
@@ -292,8 +293,17 @@ collect:
 		}
 	}
 	res.Disks = d.merge(all)
-	for name, err := range res.Errors {
-		d.logger.Debug("discovery source problem", "source", name, "err", err)
+	for name, st := range d.sources {
+		err := res.Errors[name]
+		switch {
+		case err != nil && !st.failing:
+			d.logger.Warn("discovery source failing", "discovery_source", name, "err", err)
+		case err != nil:
+			d.logger.Debug("discovery source still failing", "discovery_source", name, "err", err)
+		case st.failing:
+			d.logger.Info("discovery source recovered", "discovery_source", name)
+		}
+		st.failing = err != nil
 	}
 	return res, ctx.Err()
 }

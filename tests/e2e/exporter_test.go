@@ -53,6 +53,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // binary builds the exporter once per test run.
 func binary(t *testing.T) string {
 	t.Helper()
@@ -87,11 +95,16 @@ func freePort(t *testing.T) int {
 // startExporter runs the exporter with /proc discovery (plus args) until the test ends.
 func startExporter(t *testing.T, args ...string) *exporter {
 	t.Helper()
+	return startExporterWith(t, append([]string{"--no-discovery.libvirt"}, args...)...)
+}
+
+// startExporterWith runs the exporter with only the given discovery flags.
+func startExporterWith(t *testing.T, args ...string) *exporter {
+	t.Helper()
 	port := freePort(t)
 	e := &exporter{url: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), log: &logBuffer{}}
 	all := append([]string{
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
-		"--no-discovery.libvirt",
 		"--discovery.interval=1s",
 		"--log.level=debug",
 	}, args...)
@@ -114,9 +127,10 @@ func startExporter(t *testing.T, args ...string) *exporter {
 			t.Logf("exporter log (tail):\n%s", tail(e.log.String(), 60))
 		}
 	})
+	c := http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(e.url); err == nil {
+		if resp, err := c.Get(e.url); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return e
