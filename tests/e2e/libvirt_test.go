@@ -299,7 +299,6 @@ func TestLibvirtHung(t *testing.T) {
 	}
 }
 
-
 // timedScrape scrapes with a deadline and returns how long it took; unlike
 // scrape it cannot hang the test on a stalled exporter.
 func (e *exporter) timedScrape(t *testing.T) (scrape, time.Duration) {
