@@ -222,11 +222,15 @@ struct {
 	__type(value, u8);
 } vmm_tgids SEC(".maps");
 
-/* Synchronous calls in flight, by thread (pid_tgid). LRU: a thread that dies mid-call is forgotten. */
+/*
+ * The synchronous call a thread is in, in the thread's own task storage:
+ * cheaper than a hash keyed by thread id on every pread/pwrite, and freed
+ * with the thread.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_INFLIGHT);
-	__type(key, u64);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct inflight);
 } inflight_calls SEC(".maps");
 
@@ -317,18 +321,20 @@ static __always_inline bool task_followed(u32 tgid)
 	return track_all_tasks || bpf_map_lookup_elem(&vmm_tgids, &tgid);
 }
 
-/* The struct file behind fd in the current task's file table. */
+/*
+ * The struct file behind fd in the current task's file table. The task is
+ * a BTF pointer, so the walk to the table is plain loads; only the array
+ * slot and the file need probe reads.
+ */
 static __always_inline struct file *fd_file(u32 fd)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
 	struct file *f = NULL;
 
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	if (fd >= fdt->max_fds)
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	return f;
 }
 
@@ -549,41 +555,50 @@ static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
 	return s.total;
 }
 
+/* Park a submitted synchronous call in the thread's storage until its exit. */
+static __always_inline void call_park(struct inflight *rec)
+{
+	struct inflight *slot = bpf_task_storage_get(&inflight_calls, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	if (!slot) {
+		drop(DROP_INFLIGHT_FULL);
+		return;
+	}
+	*slot = *rec;
+}
+
 /* A synchronous call on an fd entered: follow it if the fd is a tracked image. */
 static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsync_call)
 {
-	u64 id = bpf_get_current_pid_tgid();
 	struct inflight rec;
 	struct file *f;
 	u32 *slot;
 	bool dsync;
 
-	if (!task_followed(id >> 32))
+	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	f = fd_file(fd);
 	slot = file_slot(f);
 	if (!slot)
 		return 0;
 	dsync = op == OP_WRITE && (dsync_call || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
-	if (!submit(&rec, *slot, op, pos, len, IFACE_SYSCALL, dsync))
-		return 0;
-	if (bpf_map_update_elem(&inflight_calls, &id, &rec, BPF_ANY))
-		drop(DROP_INFLIGHT_FULL);
+	if (submit(&rec, *slot, op, pos, len, IFACE_SYSCALL, dsync))
+		call_park(&rec);
 	return 0;
 }
 
 static __always_inline int call_exit(struct syscall_exit_ctx *ctx)
 {
-	u64 id = bpf_get_current_pid_tgid();
 	struct inflight *rec;
 
-	if (!task_followed(id >> 32))
+	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	rec = bpf_map_lookup_elem(&inflight_calls, &id);
-	if (!rec)
+	rec = bpf_task_storage_get(&inflight_calls, bpf_get_current_task_btf(), 0, 0);
+	if (!rec || !rec->start_ns)
 		return 0;
 	complete(rec, ctx->ret);
-	bpf_map_delete_elem(&inflight_calls, &id);
+	rec->start_ns = 0;
 	return 0;
 }
 
@@ -634,10 +649,8 @@ static __always_inline int vec_enter(struct syscall_enter_ctx *ctx, u8 op, u64 r
 	len = iov_bytes((const struct iovec *)ctx->args[1], ctx->args[2]);
 	dsync = op == OP_WRITE &&
 		((rwf & (RWF_DSYNC | RWF_SYNC)) || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
-	if (!submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
-		return 0;
-	if (bpf_map_update_elem(&inflight_calls, &id, &rec, BPF_ANY))
-		drop(DROP_INFLIGHT_FULL);
+	if (submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
+		call_park(&rec);
 	return 0;
 }
 

@@ -35,8 +35,11 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 enum { BPF_ANY = 0, BPF_NOEXIST = 1, BPF_EXIST = 2 };
+enum { BPF_F_NO_PREALLOC = 1 };
+enum { BPF_LOCAL_STORAGE_GET_F_CREATE = 1 };
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
