@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make bench: the exporter's cost, measured side by side in one run.
-#  1. fio 4k random reads and writes on a host file (psync, page cache: the
-#     highest IOPS a file sustains here): no tracer, fspair_exporter with all
-#     probes following the file, BCC's libbpf-tools (biolatency+biopattern+
-#     bitesize) instead. Runs alternate and repeat; the median is reported.
+#  1. fio 4k random reads and writes on a host file (psync, one thread): no
+#     tracer, fspair_exporter with all probes following the file, BCC's
+#     libbpf-tools (biolatency+biopattern+bitesize) instead. Writes land in
+#     the page cache (the highest rate a file sustains here); reads go to
+#     the device whenever the host does not keep the file cached. Runs
+#     alternate and repeat; the median is reported.
 #  2. ns per event of every BPF program, from bpf_stats, during (1).
 #  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
