@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -86,7 +87,7 @@ func run() int {
 	}
 	disc, err := discovery.New(opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, oneLine(err))
 		return 2
 	}
 	defer disc.Close()
@@ -94,7 +95,7 @@ func run() int {
 	// leaves nothing half-started.
 	if *webConfig.WebConfigFile != "" {
 		if err := web.Validate(*webConfig.WebConfigFile); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: web config %s: %v\n", name, *webConfig.WebConfigFile, err)
+			fmt.Fprintf(os.Stderr, "%s: web config %s: %s\n", name, *webConfig.WebConfigFile, oneLine(err))
 			return 2
 		}
 	}
@@ -226,6 +227,12 @@ func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) 
 		return 1
 	}
 	return 0
+}
+
+// oneLine folds a multi-line error (YAML errors list one problem a line)
+// into the single line a failed start prints.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // ensureTracefs mounts tracefs where the kernel documents it when it is
