@@ -40,7 +40,7 @@ unit-test:
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"
-	$(GO) test -count=1 -timeout 45m -v ./tests/...
+	$(GO) test -count=1 -p 1 -timeout 45m -v ./tests/...
 
 demo: build
 	bash scripts/demo.sh
