@@ -49,7 +49,37 @@ struct iovec {
 };
 
 struct inode {
+	unsigned short i_mode;
 	unsigned long i_ino;
+};
+
+struct address_space {
+	struct inode *host;
+};
+
+struct page {
+	struct address_space *mapping;
+};
+
+struct bio_vec {
+	struct page *bv_page;
+};
+
+struct block_device {
+	__u32 bd_dev;
+};
+
+struct bio {
+	struct block_device *bi_bdev;
+	__u32 bi_opf;
+	struct bio_vec *bi_io_vec;
+	void *bi_private;
+};
+
+struct request {
+	__u32 cmd_flags;
+	struct bio *bio;
+	struct block_device *part;
 };
 
 struct file {

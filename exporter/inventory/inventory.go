@@ -55,6 +55,19 @@ type Prober interface {
 	SetFormatClusters(slot uint32, old, clusters []uint64) error
 	SetProcesses(tgids []uint32, all bool) error
 	MaxDisks() int
+	TrackDevice(dev, slot uint32) error
+	UntrackDevice(dev uint32) error
+	MaxDevices() int
+}
+
+// Device is a host block device holding tracked images' host file system.
+type Device struct {
+	Name       string // /dev/loop3
+	FSType     string
+	MountPoint string
+	Dev        uint32 // kernel dev_t: major << 20 | minor
+	Slot       uint32
+	Disks      int // tracked VM disks on it
 }
 
 // Discoverer finds the disks.
@@ -100,6 +113,10 @@ type Inventory struct {
 	free     []uint32 // free slots, reused oldest-freed first
 	stats    Stats
 	snapshot []Disk
+
+	devices     map[uint32]*Device
+	freeDevices []uint32
+	devSnapshot []Device
 }
 
 // Stats describes the last refresh, for the exporter's own metrics.
@@ -129,9 +146,13 @@ func New(p Prober, d Discoverer, opts Options) *Inventory {
 	if opts.ImageRefresh == 0 {
 		opts.ImageRefresh = time.Minute
 	}
-	inv := &Inventory{prober: p, disc: d, opts: opts, log: opts.Logger, entries: map[fileID]*entry{}}
+	inv := &Inventory{prober: p, disc: d, opts: opts, log: opts.Logger, entries: map[fileID]*entry{},
+		devices: map[uint32]*Device{}}
 	for s := 0; s < p.MaxDisks(); s++ {
 		inv.free = append(inv.free, uint32(s))
+	}
+	for s := 0; s < p.MaxDevices(); s++ {
+		inv.freeDevices = append(inv.freeDevices, uint32(s))
 	}
 	inv.stats.ErrorsTotal = map[string]uint64{}
 	inv.stats.MaxDisks = p.MaxDisks()
@@ -143,6 +164,13 @@ func (inv *Inventory) Disks() []Disk {
 	inv.mu.RLock()
 	defer inv.mu.RUnlock()
 	return inv.snapshot
+}
+
+// Devices returns the host block devices followed.
+func (inv *Inventory) Devices() []Device {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	return inv.devSnapshot
 }
 
 // Stats returns the refresh statistics.
@@ -254,6 +282,11 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	}
 	inv.snapshot = inv.buildSnapshot()
 	inv.stats.TrackedDisks = len(inv.snapshot)
+	inv.devSnapshot = inv.devSnapshot[:0:0]
+	for _, d := range inv.devices {
+		inv.devSnapshot = append(inv.devSnapshot, *d)
+	}
+	sort.Slice(inv.devSnapshot, func(i, j int) bool { return inv.devSnapshot[i].Name < inv.devSnapshot[j].Name })
 	return nil
 }
 
@@ -302,6 +335,7 @@ func (inv *Inventory) add(id fileID, d discovery.Disk) (*entry, error) {
 	inv.free = inv.free[1:]
 	e.inode, e.Slot, e.Tracked = inode, slot, true
 	inv.syncClusters(e)
+	inv.holdDevice(e)
 	inv.entries[id] = e
 	inv.log.Info("tracking disk", "domain", d.Domain, "target", d.TargetDevice, "file", d.SourceFile,
 		"format", e.ImageFormat, "guest_fs", e.GuestFS, "host_fs", e.HostFS.FSType, "slot", slot)
@@ -388,7 +422,55 @@ func (inv *Inventory) syncClusters(e *entry) {
 	e.clusters = clusters
 }
 
+// devID is the kernel dev_t of the host file system's block device, 0 if none.
+func (e *entry) devID() uint32 {
+	if e.HostFS.Device == "" {
+		return 0
+	}
+	return e.HostFS.DeviceMajor<<20 | e.HostFS.DeviceMinor
+}
+
+// holdDevice follows the image's host block device while a disk uses it.
+func (inv *Inventory) holdDevice(e *entry) {
+	dev := e.devID()
+	if dev == 0 {
+		return
+	}
+	if d := inv.devices[dev]; d != nil {
+		d.Disks++
+		return
+	}
+	if len(inv.freeDevices) == 0 {
+		inv.log.Warn("host device limit reached", "device", e.HostFS.Device)
+		return
+	}
+	slot := inv.freeDevices[0]
+	if err := inv.prober.TrackDevice(dev, slot); err != nil {
+		inv.log.Warn("follow host device", "device", e.HostFS.Device, "err", err)
+		return
+	}
+	inv.freeDevices = inv.freeDevices[1:]
+	inv.devices[dev] = &Device{Name: e.HostFS.Device, FSType: e.HostFS.FSType, MountPoint: e.HostFS.MountPoint,
+		Dev: dev, Slot: slot, Disks: 1}
+}
+
+func (inv *Inventory) releaseDevice(e *entry) {
+	d := inv.devices[e.devID()]
+	if d == nil {
+		return
+	}
+	if d.Disks--; d.Disks > 0 {
+		return
+	}
+	if err := inv.prober.UntrackDevice(d.Dev); err != nil {
+		inv.log.Warn("stop following host device", "device", d.Name, "err", err)
+	}
+	inv.freeDevices = append(inv.freeDevices, d.Slot)
+	delete(inv.devices, d.Dev)
+}
+
 func (inv *Inventory) remove(id fileID, e *entry) {
+	inv.releaseDevice(e)
 	if e.Tracked {
 		if err := inv.prober.Untrack(e.inode, e.Slot); err != nil {
 			inv.log.Warn("untrack disk", "file", e.SourceFile, "err", err)

@@ -48,9 +48,10 @@ type Program struct {
 
 // Probes owns the loaded maps and programs.
 type Probes struct {
-	maps     map[string]*ebpf.Map // every map, including the global data sections
+	maps     []*ebpf.Map // every map of every object, for Close
 	objs     bpf.DiskMaps
 	vars     bpf.DiskVariables
+	host     bpf.HostMaps
 	programs []*Program
 	stats    ioCloser
 	maxDisks int
@@ -90,24 +91,37 @@ func Load(opts Options) (*Probes, error) {
 		return nil, fmt.Errorf("set self_tgid: %w", err)
 	}
 
-	mapSpec := spec.Copy()
-	mapSpec.Programs = nil
-	coll, err := ebpf.NewCollection(mapSpec)
+	hostSpec, err := bpf.LoadHost()
 	if err != nil {
-		return nil, fmt.Errorf("create BPF maps: %w", err)
+		return nil, fmt.Errorf("read BPF object: %w", err)
 	}
-	// Assign takes objects out of the collection: keep every map first, as
-	// the replacements each program is loaded against.
-	p := &Probes{maps: maps.Clone(coll.Maps), maxDisks: maxDisks}
+	var hostSpecs bpf.HostSpecs
+	if err := hostSpec.Assign(&hostSpecs); err != nil {
+		return nil, fmt.Errorf("assign BPF specs: %w", err)
+	}
+	if opts.MaxDisks > 0 {
+		hostSpecs.ImageDeviceStats.MaxEntries = uint32(maxDisks)
+		hostSpecs.DiskByInode.MaxEntries = uint32(2 * maxDisks)
+	}
+
+	p := &Probes{maxDisks: maxDisks}
+	// Each object gets its own maps, but for the ones named in shared,
+	// which the later objects take from the first.
 	var objs struct {
 		bpf.DiskMaps
 		bpf.DiskVariables
 	}
-	if err := coll.Assign(&objs); err != nil {
-		coll.Close()
-		return nil, fmt.Errorf("assign BPF maps: %w", err)
+	diskMaps, err := p.createMaps(spec, nil, &objs)
+	if err != nil {
+		p.Close()
+		return nil, err
 	}
 	p.objs, p.vars = objs.DiskMaps, objs.DiskVariables
+	hostMaps, err := p.createMaps(hostSpec, map[string]*ebpf.Map{bpf.DiskMapDiskByInode: diskMaps[bpf.DiskMapDiskByInode]}, &p.host)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
 	// Run time and run count per program (bpf_stats); without it the
 	// programs still run and those two metrics stay at zero.
 	if c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
@@ -115,35 +129,60 @@ func Load(opts Options) (*Probes, error) {
 	} else {
 		opts.Logger.Warn("BPF run-time statistics unavailable", "err", err)
 	}
-
-	names := make([]string, 0, len(spec.Programs))
-	for name := range spec.Programs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		pr := &Program{Name: name}
-		p.programs = append(p.programs, pr)
-		if slices.Contains(opts.Deny, name) {
-			pr.Err = ErrDenied
-			continue
+	for _, o := range []struct {
+		spec *ebpf.CollectionSpec
+		maps map[string]*ebpf.Map
+	}{{spec, diskMaps}, {hostSpec, hostMaps}} {
+		names := make([]string, 0, len(o.spec.Programs))
+		for name := range o.spec.Programs {
+			names = append(names, name)
 		}
-		pr.Err = p.start(spec, name, pr)
-		pr.Attached = pr.Err == nil
-		if pr.Err != nil {
-			opts.Logger.Warn("BPF program not attached", "program", name, "err", pr.Err)
+		slices.Sort(names)
+		for _, name := range names {
+			pr := &Program{Name: name}
+			p.programs = append(p.programs, pr)
+			if slices.Contains(opts.Deny, name) {
+				pr.Err = ErrDenied
+				continue
+			}
+			pr.Err = start(o.spec, o.maps, name, pr)
+			pr.Attached = pr.Err == nil
+			if pr.Err != nil {
+				opts.Logger.Warn("BPF program not attached", "program", name, "err", pr.Err)
+			}
 		}
 	}
 	return p, nil
 }
 
-// start loads one program against the shared maps and attaches it where its
-// section says.
-func (p *Probes) start(spec *ebpf.CollectionSpec, name string, pr *Program) error {
+// createMaps creates an object's maps, taking the ones in shared as they
+// are, and fills the generated struct to with them.
+func (p *Probes) createMaps(spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, to any) (map[string]*ebpf.Map, error) {
+	mapSpec := spec.Copy()
+	mapSpec.Programs = nil
+	coll, err := ebpf.NewCollectionWithOptions(mapSpec, ebpf.CollectionOptions{MapReplacements: shared})
+	if err != nil {
+		return nil, fmt.Errorf("create BPF maps: %w", err)
+	}
+	// Assign takes objects out of the collection: keep every map first, as
+	// the replacements each program is loaded against (and closed by Close).
+	out := maps.Clone(coll.Maps)
+	for _, m := range out {
+		p.maps = append(p.maps, m)
+	}
+	if err := coll.Assign(to); err != nil {
+		return nil, fmt.Errorf("assign BPF maps: %w", err)
+	}
+	return out, nil
+}
+
+// start loads one program against its object's maps and attaches it where
+// its section says.
+func start(spec *ebpf.CollectionSpec, objMaps map[string]*ebpf.Map, name string, pr *Program) error {
 	one := spec.Copy()
 	ps := one.Programs[name]
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: p.maps})
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: objMaps})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
@@ -272,6 +311,9 @@ func (p *Probes) reset(slot uint32) error {
 	if err := p.objs.DiskSeek.Put(slot, bpf.DiskSeekState{}); err != nil {
 		return fmt.Errorf("reset seek state of slot %d: %w", slot, err)
 	}
+	if err := p.host.ImageDeviceStats.Put(slot, bpf.HostImageDeviceCounters{}); err != nil {
+		return fmt.Errorf("reset device counters of slot %d: %w", slot, err)
+	}
 	return nil
 }
 
@@ -391,4 +433,44 @@ func (p *Probes) Close() error {
 		errs = append(errs, m.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// TrackDevice starts following a block device (kernel dev_t) as device slot.
+func (p *Probes) TrackDevice(dev, slot uint32) error {
+	if err := p.host.DeviceStats.Put(slot, bpf.HostDeviceCounters{}); err != nil {
+		return fmt.Errorf("reset device slot %d: %w", slot, err)
+	}
+	if err := p.host.HostDevices.Put(dev, slot); err != nil {
+		return fmt.Errorf("follow device %d:%d: %w", dev>>20, dev&0xfffff, err)
+	}
+	return nil
+}
+
+// UntrackDevice stops following a block device.
+func (p *Probes) UntrackDevice(dev uint32) error {
+	if err := p.host.HostDevices.Delete(dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("stop following device %d:%d: %w", dev>>20, dev&0xfffff, err)
+	}
+	return nil
+}
+
+// MaxDevices is the number of host device slots.
+func (p *Probes) MaxDevices() int { return int(p.host.DeviceStats.MaxEntries()) }
+
+// DeviceCounters reads one host device's counters.
+func (p *Probes) DeviceCounters(slot uint32) (bpf.HostDeviceCounters, error) {
+	var c bpf.HostDeviceCounters
+	if err := p.host.DeviceStats.Lookup(slot, &c); err != nil {
+		return c, fmt.Errorf("read device slot %d: %w", slot, err)
+	}
+	return c, nil
+}
+
+// ImageDeviceCounters reads one disk's data requests on its host device.
+func (p *Probes) ImageDeviceCounters(slot uint32) (bpf.HostImageDeviceCounters, error) {
+	var c bpf.HostImageDeviceCounters
+	if err := p.host.ImageDeviceStats.Lookup(slot, &c); err != nil {
+		return c, fmt.Errorf("read image device counters of slot %d: %w", slot, err)
+	}
+	return c, nil
 }

@@ -63,3 +63,5 @@ func TestCheckMode(t *testing.T) {
 		}
 	}
 }
+
+func execCommand(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
