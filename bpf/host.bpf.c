@@ -56,6 +56,7 @@ enum kind {
 struct device_counters {
 	u64 requests[KIND_MAX][2]; /* by kind, read/write */
 	u64 bytes[KIND_MAX][2];
+	u64 commits;	/* jbd2 commits, XFS log forces, Btrfs transaction commits */
 	u64 flushes;
 	u64 discards;
 	u64 discard_bytes;
@@ -67,6 +68,10 @@ struct device_counters {
 
 /* The value of image_device_stats: one disk's data requests on its host device. */
 struct image_device_counters {
+	u64 cow_extents;	/* Btrfs ordered extents written copy-on-write */
+	u64 cow_bytes;
+	u64 nocow_extents;	/* ... written in place (NOCOW file or preallocated extent) */
+	u64 nocow_bytes;
 	u64 requests[2];
 	u64 bytes[2];
 	u64 service[2][LAT_SLOTS];
@@ -141,6 +146,18 @@ struct {
 	__type(key, int);
 	__type(value, u32);
 } dio_owner SEC(".maps");
+
+/* Btrfs file system id -> device slot: Btrfs events name the file system, not a device. */
+struct btrfs_fsid {
+	u8 b[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_DEVICES);
+	__type(key, struct btrfs_fsid);
+	__type(value, u32);
+} btrfs_devices SEC(".maps");
 
 static __always_inline u32 *device_slot(struct block_device *bdev)
 {
@@ -364,5 +381,90 @@ int host_rq_complete(u64 *ctx)
 	hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);
 out:
 	bpf_map_delete_elem(&requests, &key);
+	return 0;
+}
+
+static __always_inline void count_commit(u32 *slot)
+{
+	struct device_counters *dc;
+
+	if (!slot)
+		return;
+	dc = bpf_map_lookup_elem(&device_stats, slot);
+	if (dc)
+		inc(&dc->commits, 1);
+}
+
+/* The tracepoint records of jbd2_end_commit and xfs_log_force start with the device (dev_t). */
+struct dev_event {
+	u64 common;
+	u32 dev;
+};
+
+/* ext4's journal (jbd2) commits a transaction. */
+SEC("tracepoint/jbd2/jbd2_end_commit")
+int host_jbd2_commit(struct dev_event *ev)
+{
+	u32 dev = ev->dev;
+
+	count_commit(bpf_map_lookup_elem(&host_devices, &dev));
+	return 0;
+}
+
+/* XFS forces its log to disk (fsync, log space, periodic). */
+SEC("tracepoint/xfs/xfs_log_force")
+int host_xfs_log_force(struct dev_event *ev)
+{
+	u32 dev = ev->dev;
+
+	count_commit(bpf_map_lookup_elem(&host_devices, &dev));
+	return 0;
+}
+
+SEC("tp_btf/btrfs_transaction_commit")
+int host_btrfs_commit(u64 *ctx)
+{
+	struct btrfs_fs_info *fs = (void *)ctx[0];
+	struct btrfs_fsid id = {};
+
+	bpf_probe_read_kernel(&id, sizeof(id), BPF_CORE_READ(fs, fs_devices)->fsid);
+	count_commit(bpf_map_lookup_elem(&btrfs_devices, &id));
+	return 0;
+}
+
+/* fs/btrfs/ordered-data.h: flag bits of an ordered extent. */
+#define BTRFS_ORDERED_NOCOW 1
+#define BTRFS_ORDERED_PREALLOC 2
+
+/*
+ * Btrfs starts an ordered extent for every range of data it writes: a
+ * copy-on-write one allocates new space (and later frees the old, with
+ * checksums and extent tree updates), a NOCOW or preallocated one writes in
+ * place.
+ */
+SEC("tp_btf/btrfs_ordered_extent_add")
+int host_btrfs_ordered(u64 *ctx)
+{
+	struct btrfs_inode *bi = (void *)ctx[0];
+	struct btrfs_ordered_extent *oe = (void *)ctx[1];
+	u64 inode = (u64)&bi->vfs_inode;
+	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	struct image_device_counters *ic;
+	u64 flags, len;
+
+	if (!slot)
+		return 0;
+	ic = bpf_map_lookup_elem(&image_device_stats, slot);
+	if (!ic)
+		return 0;
+	flags = BPF_CORE_READ(oe, flags);
+	len = BPF_CORE_READ(oe, num_bytes);
+	if (flags & ((1UL << BTRFS_ORDERED_NOCOW) | (1UL << BTRFS_ORDERED_PREALLOC))) {
+		inc(&ic->nocow_extents, 1);
+		inc(&ic->nocow_bytes, len);
+	} else {
+		inc(&ic->cow_extents, 1);
+		inc(&ic->cow_bytes, len);
+	}
 	return 0;
 }

@@ -53,6 +53,23 @@ struct inode {
 	unsigned long i_ino;
 };
 
+struct btrfs_inode {
+	struct inode vfs_inode;
+};
+
+struct btrfs_ordered_extent {
+	__u64 num_bytes;
+	unsigned long flags;
+};
+
+struct btrfs_fs_devices {
+	__u8 fsid[16];
+};
+
+struct btrfs_fs_info {
+	struct btrfs_fs_devices *fs_devices;
+};
+
 struct address_space {
 	struct inode *host;
 };

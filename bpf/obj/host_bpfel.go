@@ -13,10 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type HostBtrfsFsid struct {
+	_ structs.HostLayout
+	B [16]uint8
+}
+
 type HostDeviceCounters struct {
 	_            structs.HostLayout
 	Requests     [3][2]uint64
 	Bytes        [3][2]uint64
+	Commits      uint64
 	Flushes      uint64
 	Discards     uint64
 	DiscardBytes uint64
@@ -28,6 +34,10 @@ type HostDeviceCounters struct {
 
 type HostImageDeviceCounters struct {
 	_            structs.HostLayout
+	CowExtents   uint64
+	CowBytes     uint64
+	NocowExtents uint64
+	NocowBytes   uint64
 	Requests     [2]uint64
 	Bytes        [2]uint64
 	Service      [2][25]uint64
@@ -51,20 +61,25 @@ type HostRqInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	HostMapBioOwner         = "bio_owner"
-	HostMapDeviceStats      = "device_stats"
-	HostMapDioOwner         = "dio_owner"
-	HostMapDiskByInode      = "disk_by_inode"
-	HostMapHostDevices      = "host_devices"
-	HostMapImageDeviceStats = "image_device_stats"
-	HostMapRequests         = "requests"
-	HostProgHostBioQueue    = "host_bio_queue"
-	HostProgHostBioSplit    = "host_bio_split"
-	HostProgHostDioBegin    = "host_dio_begin"
-	HostProgHostDioQueued   = "host_dio_queued"
-	HostProgHostRqComplete  = "host_rq_complete"
-	HostProgHostRqInsert    = "host_rq_insert"
-	HostProgHostRqIssue     = "host_rq_issue"
+	HostMapBioOwner          = "bio_owner"
+	HostMapBtrfsDevices      = "btrfs_devices"
+	HostMapDeviceStats       = "device_stats"
+	HostMapDioOwner          = "dio_owner"
+	HostMapDiskByInode       = "disk_by_inode"
+	HostMapHostDevices       = "host_devices"
+	HostMapImageDeviceStats  = "image_device_stats"
+	HostMapRequests          = "requests"
+	HostProgHostBioQueue     = "host_bio_queue"
+	HostProgHostBioSplit     = "host_bio_split"
+	HostProgHostBtrfsCommit  = "host_btrfs_commit"
+	HostProgHostBtrfsOrdered = "host_btrfs_ordered"
+	HostProgHostDioBegin     = "host_dio_begin"
+	HostProgHostDioQueued    = "host_dio_queued"
+	HostProgHostJbd2Commit   = "host_jbd2_commit"
+	HostProgHostRqComplete   = "host_rq_complete"
+	HostProgHostRqInsert     = "host_rq_insert"
+	HostProgHostRqIssue      = "host_rq_issue"
+	HostProgHostXfsLogForce  = "host_xfs_log_force"
 )
 
 // LoadHost returns the embedded CollectionSpec for Host.
@@ -109,13 +124,17 @@ type HostSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type HostProgramSpecs struct {
-	HostBioQueue   *ebpf.ProgramSpec `ebpf:"host_bio_queue"`
-	HostBioSplit   *ebpf.ProgramSpec `ebpf:"host_bio_split"`
-	HostDioBegin   *ebpf.ProgramSpec `ebpf:"host_dio_begin"`
-	HostDioQueued  *ebpf.ProgramSpec `ebpf:"host_dio_queued"`
-	HostRqComplete *ebpf.ProgramSpec `ebpf:"host_rq_complete"`
-	HostRqInsert   *ebpf.ProgramSpec `ebpf:"host_rq_insert"`
-	HostRqIssue    *ebpf.ProgramSpec `ebpf:"host_rq_issue"`
+	HostBioQueue     *ebpf.ProgramSpec `ebpf:"host_bio_queue"`
+	HostBioSplit     *ebpf.ProgramSpec `ebpf:"host_bio_split"`
+	HostBtrfsCommit  *ebpf.ProgramSpec `ebpf:"host_btrfs_commit"`
+	HostBtrfsOrdered *ebpf.ProgramSpec `ebpf:"host_btrfs_ordered"`
+	HostDioBegin     *ebpf.ProgramSpec `ebpf:"host_dio_begin"`
+	HostDioQueued    *ebpf.ProgramSpec `ebpf:"host_dio_queued"`
+	HostJbd2Commit   *ebpf.ProgramSpec `ebpf:"host_jbd2_commit"`
+	HostRqComplete   *ebpf.ProgramSpec `ebpf:"host_rq_complete"`
+	HostRqInsert     *ebpf.ProgramSpec `ebpf:"host_rq_insert"`
+	HostRqIssue      *ebpf.ProgramSpec `ebpf:"host_rq_issue"`
+	HostXfsLogForce  *ebpf.ProgramSpec `ebpf:"host_xfs_log_force"`
 }
 
 // HostMapSpecs contains maps before they are loaded into the kernel.
@@ -123,6 +142,7 @@ type HostProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type HostMapSpecs struct {
 	BioOwner         *ebpf.MapSpec `ebpf:"bio_owner"`
+	BtrfsDevices     *ebpf.MapSpec `ebpf:"btrfs_devices"`
 	DeviceStats      *ebpf.MapSpec `ebpf:"device_stats"`
 	DioOwner         *ebpf.MapSpec `ebpf:"dio_owner"`
 	DiskByInode      *ebpf.MapSpec `ebpf:"disk_by_inode"`
@@ -158,6 +178,7 @@ func (o *HostObjects) Close() error {
 // It can be passed to LoadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HostMaps struct {
 	BioOwner         *ebpf.Map `ebpf:"bio_owner"`
+	BtrfsDevices     *ebpf.Map `ebpf:"btrfs_devices"`
 	DeviceStats      *ebpf.Map `ebpf:"device_stats"`
 	DioOwner         *ebpf.Map `ebpf:"dio_owner"`
 	DiskByInode      *ebpf.Map `ebpf:"disk_by_inode"`
@@ -169,6 +190,7 @@ type HostMaps struct {
 func (m *HostMaps) Close() error {
 	return _HostClose(
 		m.BioOwner,
+		m.BtrfsDevices,
 		m.DeviceStats,
 		m.DioOwner,
 		m.DiskByInode,
@@ -188,24 +210,32 @@ type HostVariables struct {
 //
 // It can be passed to LoadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HostPrograms struct {
-	HostBioQueue   *ebpf.Program `ebpf:"host_bio_queue"`
-	HostBioSplit   *ebpf.Program `ebpf:"host_bio_split"`
-	HostDioBegin   *ebpf.Program `ebpf:"host_dio_begin"`
-	HostDioQueued  *ebpf.Program `ebpf:"host_dio_queued"`
-	HostRqComplete *ebpf.Program `ebpf:"host_rq_complete"`
-	HostRqInsert   *ebpf.Program `ebpf:"host_rq_insert"`
-	HostRqIssue    *ebpf.Program `ebpf:"host_rq_issue"`
+	HostBioQueue     *ebpf.Program `ebpf:"host_bio_queue"`
+	HostBioSplit     *ebpf.Program `ebpf:"host_bio_split"`
+	HostBtrfsCommit  *ebpf.Program `ebpf:"host_btrfs_commit"`
+	HostBtrfsOrdered *ebpf.Program `ebpf:"host_btrfs_ordered"`
+	HostDioBegin     *ebpf.Program `ebpf:"host_dio_begin"`
+	HostDioQueued    *ebpf.Program `ebpf:"host_dio_queued"`
+	HostJbd2Commit   *ebpf.Program `ebpf:"host_jbd2_commit"`
+	HostRqComplete   *ebpf.Program `ebpf:"host_rq_complete"`
+	HostRqInsert     *ebpf.Program `ebpf:"host_rq_insert"`
+	HostRqIssue      *ebpf.Program `ebpf:"host_rq_issue"`
+	HostXfsLogForce  *ebpf.Program `ebpf:"host_xfs_log_force"`
 }
 
 func (p *HostPrograms) Close() error {
 	return _HostClose(
 		p.HostBioQueue,
 		p.HostBioSplit,
+		p.HostBtrfsCommit,
+		p.HostBtrfsOrdered,
 		p.HostDioBegin,
 		p.HostDioQueued,
+		p.HostJbd2Commit,
 		p.HostRqComplete,
 		p.HostRqInsert,
 		p.HostRqIssue,
+		p.HostXfsLogForce,
 	)
 }
 

@@ -27,6 +27,12 @@ var (
 	diskDeviceQueue = diskDesc("device_queue_seconds",
 		"Time this disk's image data requests waited in the host I/O scheduler (insert to issue; 0 when issued directly).", "op")
 
+	diskBtrfsExtents = diskDesc("btrfs_extents_total",
+		"Btrfs ordered extents written for the image: mode=cow allocates new space, mode=nocow writes in place (NOCOW file or preallocated).", "mode")
+	diskBtrfsExtentBytes = diskDesc("btrfs_extent_bytes_total",
+		"Bytes of Btrfs ordered extents written for the image, by mode.", "mode")
+	hostDeviceCommits = deviceDesc("commits_total",
+		"Journal commits of the host file system: jbd2 commits (ext4), log forces (XFS), transaction commits (Btrfs).")
 	hostDeviceRequests = deviceDesc("requests_total",
 		"Requests the host block device completed, by kind: data (a tracked image's), metadata (journal and file system metadata), other.", "kind", "op")
 	hostDeviceBytes = deviceDesc("bytes_total",
@@ -79,6 +85,12 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 			return err
 		}
 		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
+		if d.HostFS.FSType == "btrfs" {
+			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.CowExtents), with(k, "cow")...)
+			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.NocowExtents), with(k, "nocow")...)
+			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.CowBytes), with(k, "cow")...)
+			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.NocowBytes), with(k, "nocow")...)
+		}
 		for i, op := range dirNames {
 			l := with(k, op)
 			ch <- prometheus.MustNewConstMetric(diskDeviceRequests, prometheus.CounterValue, float64(s.Requests[i]), l...)
@@ -108,6 +120,7 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 				ch <- prometheus.MustNewConstMetric(hostDeviceBytes, prometheus.CounterValue, float64(s.Bytes[ki][i]), with(k, kind, op)...)
 			}
 		}
+		ch <- prometheus.MustNewConstMetric(hostDeviceCommits, prometheus.CounterValue, float64(s.Commits), k...)
 		ch <- prometheus.MustNewConstMetric(hostDeviceFlushes, prometheus.CounterValue, float64(s.Flushes), k...)
 		ch <- prometheus.MustNewConstMetric(hostDeviceDiscards, prometheus.CounterValue, float64(s.Discards), k...)
 		ch <- prometheus.MustNewConstMetric(hostDeviceDiscardBytes, prometheus.CounterValue, float64(s.DiscardBytes), k...)

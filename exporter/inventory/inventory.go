@@ -7,12 +7,15 @@ package inventory
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,6 +60,8 @@ type Prober interface {
 	MaxDisks() int
 	TrackDevice(dev, slot uint32) error
 	UntrackDevice(dev uint32) error
+	TrackBtrfs(fsid [16]byte, slot uint32) error
+	UntrackBtrfs(fsid [16]byte) error
 	MaxDevices() int
 }
 
@@ -68,6 +73,8 @@ type Device struct {
 	Dev        uint32 // kernel dev_t: major << 20 | minor
 	Slot       uint32
 	Disks      int // tracked VM disks on it
+
+	btrfsFSID *[16]byte
 }
 
 // Discoverer finds the disks.
@@ -450,8 +457,35 @@ func (inv *Inventory) holdDevice(e *entry) {
 		return
 	}
 	inv.freeDevices = inv.freeDevices[1:]
-	inv.devices[dev] = &Device{Name: e.HostFS.Device, FSType: e.HostFS.FSType, MountPoint: e.HostFS.MountPoint,
+	d := &Device{Name: e.HostFS.Device, FSType: e.HostFS.FSType, MountPoint: e.HostFS.MountPoint,
 		Dev: dev, Slot: slot, Disks: 1}
+	if d.FSType == "btrfs" {
+		if id, err := btrfsFSID("/sys/fs/btrfs", d.Name); err != nil {
+			inv.log.Warn("btrfs file system id", "device", d.Name, "err", err)
+		} else if err := inv.prober.TrackBtrfs(id, slot); err != nil {
+			inv.log.Warn("follow btrfs commits", "device", d.Name, "err", err)
+		} else {
+			d.btrfsFSID = &id
+		}
+	}
+	inv.devices[dev] = d
+}
+
+// btrfsFSID finds the Btrfs file system id of a device from sysfs, where
+// each mounted Btrfs has a directory named by its id listing its devices.
+func btrfsFSID(sysfs, device string) ([16]byte, error) {
+	var id [16]byte
+	matches, err := filepath.Glob(filepath.Join(sysfs, "*", "devices", filepath.Base(device)))
+	if err != nil || len(matches) == 0 {
+		return id, fmt.Errorf("no btrfs in %s lists %s", sysfs, device)
+	}
+	uuid := strings.ReplaceAll(filepath.Base(filepath.Dir(filepath.Dir(matches[0]))), "-", "")
+	b, err := hex.DecodeString(uuid)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("btrfs id %q of %s is not a UUID", uuid, device)
+	}
+	copy(id[:], b)
+	return id, nil
 }
 
 func (inv *Inventory) releaseDevice(e *entry) {
@@ -461,6 +495,11 @@ func (inv *Inventory) releaseDevice(e *entry) {
 	}
 	if d.Disks--; d.Disks > 0 {
 		return
+	}
+	if d.btrfsFSID != nil {
+		if err := inv.prober.UntrackBtrfs(*d.btrfsFSID); err != nil {
+			inv.log.Warn("stop following btrfs commits", "device", d.Name, "err", err)
+		}
 	}
 	if err := inv.prober.UntrackDevice(d.Dev); err != nil {
 		inv.log.Warn("stop following host device", "device", d.Name, "err", err)

@@ -446,6 +446,23 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	return nil
 }
 
+// TrackBtrfs maps a Btrfs file system id to the device slot of its device:
+// Btrfs transaction commits name the file system, not a device.
+func (p *Probes) TrackBtrfs(fsid [16]byte, slot uint32) error {
+	if err := p.host.BtrfsDevices.Put(fsid, slot); err != nil {
+		return fmt.Errorf("follow btrfs %x: %w", fsid, err)
+	}
+	return nil
+}
+
+// UntrackBtrfs forgets a Btrfs file system id.
+func (p *Probes) UntrackBtrfs(fsid [16]byte) error {
+	if err := p.host.BtrfsDevices.Delete(fsid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("stop following btrfs %x: %w", fsid, err)
+	}
+	return nil
+}
+
 // UntrackDevice stops following a block device.
 func (p *Probes) UntrackDevice(dev uint32) error {
 	if err := p.host.HostDevices.Delete(dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
