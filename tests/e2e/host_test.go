@@ -141,7 +141,6 @@ func exec1(t *testing.T, name string, args ...string) {
 	}
 }
 
-
 // TestBtrfsNocowAndCache: on a Btrfs host, a NOCOW (chattr +C, preallocated)
 // image writes in place and amplifies less than a default copy-on-write one
 // for the same workload; a cache=none disk's reads all reach the device
