@@ -169,6 +169,16 @@ static __always_inline u32 *device_slot(struct block_device *bdev)
 	return bpf_map_lookup_elem(&host_devices, &dev);
 }
 
+/* The device of a request: its partition, or for flush requests (no part) the whole disk. */
+static __always_inline u32 *rq_device_slot(struct request *rq)
+{
+	struct block_device *part = BPF_CORE_READ(rq, part);
+
+	if (!part)
+		part = BPF_CORE_READ(rq, q, disk, part0);
+	return device_slot(part);
+}
+
 SEC("tp_btf/iomap_dio_rw_begin")
 int host_dio_begin(u64 *ctx)
 {
@@ -253,7 +263,7 @@ int host_rq_insert(u64 *ctx)
 	struct rq_info info = {};
 	u64 key = (u64)rq;
 
-	if (!device_slot(BPF_CORE_READ(rq, part)))
+	if (!rq_device_slot(rq))
 		return 0;
 	info.insert_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&requests, &key, &info, BPF_ANY);
@@ -304,7 +314,7 @@ int host_rq_issue(u64 *ctx)
 	struct request *rq = (void *)ctx[0];
 	u64 key = (u64)rq;
 	struct rq_info *info, fresh = {};
-	u32 *dev = device_slot(BPF_CORE_READ(rq, part));
+	u32 *dev = rq_device_slot(rq);
 	u32 op;
 
 	if (!dev)

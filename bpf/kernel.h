@@ -93,7 +93,16 @@ struct bio {
 	void *bi_private;
 };
 
+struct gendisk {
+	struct block_device *part0;
+};
+
+struct request_queue {
+	struct gendisk *disk;
+};
+
 struct request {
+	struct request_queue *q;
 	__u32 cmd_flags;
 	struct bio *bio;
 	struct block_device *part;

@@ -22,15 +22,24 @@ var (
 		"Requests the host block device completed for this disk's image data (buffered writeback and direct I/O).", "op")
 	diskDeviceBytes = diskDesc("device_bytes_total",
 		"Bytes the host block device moved for this disk's image data.", "op")
-	diskDeviceService = diskDesc("device_service_seconds",
-		"Device service time (issue to completion) of this disk's image data requests on the host device.", "op")
-	diskDeviceQueue = diskDesc("device_queue_seconds",
-		"Time this disk's image data requests waited in the host I/O scheduler (insert to issue; 0 when issued directly).", "op")
+	// The stages of a request, as esxtop's GAVG = KAVG + DAVG: stage=file is
+	// the request on the image file as the VMM waits for it (the same data
+	// as fspair_disk_request_duration_seconds), host_queue the image's data
+	// requests in the host I/O scheduler, device their service on the host
+	// device. file minus the other two is the host file system's share.
+	diskStage = diskDesc("stage_seconds",
+		"Latency by stage: file (the image file request the VMM waits for), host_queue (host I/O scheduler), device (host device service).", "stage", "op")
 
 	diskBtrfsExtents = diskDesc("btrfs_extents_total",
 		"Btrfs ordered extents written for the image: mode=cow allocates new space, mode=nocow writes in place (NOCOW file or preallocated).", "mode")
 	diskBtrfsExtentBytes = diskDesc("btrfs_extent_bytes_total",
 		"Bytes of Btrfs ordered extents written for the image, by mode.", "mode")
+	diskImageExtents = diskDesc("image_extents",
+		"Extents of the image file on the host file system (FIEMAP), refreshed on the image refresh interval.")
+	diskImageAllocated = diskDesc("image_allocated_bytes",
+		"Space the image file takes on the host file system (st_blocks).")
+	diskImageApparent = diskDesc("image_apparent_bytes",
+		"Size of the image file.")
 	hostDeviceCommits = deviceDesc("commits_total",
 		"Journal commits of the host file system: jbd2 commits (ext4), log forces (XFS), transaction commits (Btrfs).")
 	hostDeviceRequests = deviceDesc("requests_total",
@@ -67,11 +76,13 @@ type HostLister interface {
 type HostCollector struct {
 	inv HostLister
 	src HostSource
+	// counters gives the file stage (the disk collector's latency histograms).
+	counters CounterReader
 }
 
 // NewHostCollector returns the host collector.
-func NewHostCollector(inv HostLister, src HostSource) *HostCollector {
-	return &HostCollector{inv: inv, src: src}
+func NewHostCollector(inv HostLister, src HostSource, counters CounterReader) *HostCollector {
+	return &HostCollector{inv: inv, src: src, counters: counters}
 }
 
 // Update implements Collector.
@@ -85,22 +96,35 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 			return err
 		}
 		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
+		if d.Layout.Extents >= 0 {
+			ch <- prometheus.MustNewConstMetric(diskImageExtents, prometheus.GaugeValue, float64(d.Layout.Extents), k...)
+		}
+		ch <- prometheus.MustNewConstMetric(diskImageAllocated, prometheus.GaugeValue, float64(d.Layout.Allocated), k...)
+		ch <- prometheus.MustNewConstMetric(diskImageApparent, prometheus.GaugeValue, float64(d.Layout.Apparent), k...)
 		if d.HostFS.FSType == "btrfs" {
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.CowExtents), with(k, "cow")...)
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.NocowExtents), with(k, "nocow")...)
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.CowBytes), with(k, "cow")...)
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.NocowBytes), with(k, "nocow")...)
 		}
+		file, err := c.counters.Counters(d.Slot)
+		if err != nil {
+			return err
+		}
 		for i, op := range dirNames {
 			l := with(k, op)
 			ch <- prometheus.MustNewConstMetric(diskDeviceRequests, prometheus.CounterValue, float64(s.Requests[i]), l...)
 			ch <- prometheus.MustNewConstMetric(diskDeviceBytes, prometheus.CounterValue, float64(s.Bytes[i]), l...)
 			for _, h := range []struct {
-				desc  *prometheus.Desc
+				stage string
 				slots []uint64
 				sum   uint64
-			}{{diskDeviceService, s.Service[i][:], s.ServiceSumNs[i]}, {diskDeviceQueue, s.Queue[i][:], s.QueueSumNs[i]}} {
-				m, err := histogram(h.desc, latencyBounds, h.slots, float64(h.sum)/1e9, l...)
+			}{
+				{"file", file.Latency[i][:], file.LatencySumNs[i]},
+				{"host_queue", s.Queue[i][:], s.QueueSumNs[i]},
+				{"device", s.Service[i][:], s.ServiceSumNs[i]},
+			} {
+				m, err := histogram(diskStage, latencyBounds, h.slots, float64(h.sum)/1e9, with(k, h.stage, op)...)
 				if err != nil {
 					return err
 				}

@@ -43,6 +43,8 @@ type Disk struct {
 	VirtualSize int64
 	// HostFS is the host file system holding the image.
 	HostFS hostfs.Mount
+	// Layout is the image file's extents and sizes on the host file system.
+	Layout Layout
 
 	// Tracked is set when the probes follow the disk under Slot.
 	Tracked bool
@@ -361,6 +363,12 @@ func fdID(f *os.File) (fileID, error) {
 // qcow2 the metadata layout. Bounded reads; a failure keeps the last result.
 func (inv *Inventory) identify(e *entry) error {
 	e.identAt = time.Now()
+	if l, err := readLayout(e.file); err == nil {
+		e.Layout = l
+	} else {
+		e.Layout = l
+		inv.log.Debug("image layout", "file", e.SourceFile, "err", err)
+	}
 	// The format the VMM was told wins over the header: a guest can write a
 	// qcow2 header into a raw disk (CVE-2008-2004).
 	format := ""

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,6 +59,7 @@ func TestHostSide(t *testing.T) {
 			// Let boot-time I/O settle, then measure the workload alone.
 			vm.RunOK(ctx, "sync")
 			exec1(t, "sync")
+			bio := startBiolatency(t, h.Loop)
 			s0 := ex.scrape(t)
 			rd0, wr0 := sysBlockBytes(t, h.Loop)
 			// fsync-heavy: 4 KiB writes each followed by a flush, then 16 MiB streamed.
@@ -71,6 +73,7 @@ func TestHostSide(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			rd1, wr1 := sysBlockBytes(t, h.Loop)
 			s1 := ex.scrape(t)
+			bioCount := bio.stop(t)
 
 			d := map[string]string{"host_device": h.Loop}
 			sum := func(s scrape, op string) (total float64, byKind map[string]float64) {
@@ -97,6 +100,19 @@ func TestHostSide(t *testing.T) {
 			if kinds1["metadata"]-kinds0["metadata"] <= 0 {
 				t.Errorf("fsync-heavy workload: no journal/metadata writes on %s", hostFS)
 			}
+			var reqs float64
+			for _, k := range kindNames() {
+				for _, op := range []string{"read", "write"} {
+					l := merge(d, map[string]string{"kind": k, "op": op})
+					reqs += s1.value(t, "fspair_host_device_requests_total", l) - s0.value(t, "fspair_host_device_requests_total", l)
+				}
+			}
+			flushes := s1.value(t, "fspair_host_device_flushes_total", d) - s0.value(t, "fspair_host_device_flushes_total", d)
+			reqs += flushes
+			t.Logf("%s: %.0f device requests (%.0f flushes); libbpf-tools biolatency counted %.0f", hostFS, reqs, flushes, bioCount)
+			if !within(reqs, bioCount, 0.02) {
+				t.Errorf("device requests %.0f vs biolatency %.0f: more than 2%% apart", reqs, bioCount)
+			}
 			commits := s1.value(t, "fspair_host_device_commits_total", d) - s0.value(t, "fspair_host_device_commits_total", d)
 			t.Logf("%s: %.0f journal commits / log forces / transaction commits", hostFS, commits)
 			if commits <= 0 {
@@ -119,6 +135,54 @@ func TestHostSide(t *testing.T) {
 	if amp["btrfs"] <= amp["ext4"] || amp["btrfs"] <= amp["xfs"] {
 		t.Errorf("write amplification: btrfs %.2f, ext4 %.2f, xfs %.2f; want btrfs highest", amp["btrfs"], amp["ext4"], amp["xfs"])
 	}
+}
+
+// biolatency is libbpf-tools' biolatency tracing one device, run beside
+// the exporter as a reference.
+type biolatency struct {
+	cmd *exec.Cmd
+	out *logBuffer
+}
+
+func startBiolatency(t *testing.T, dev string) *biolatency {
+	t.Helper()
+	// stdbuf: biolatency's stdout is a pipe here, line-buffer its banner.
+	b := &biolatency{cmd: exec.Command("stdbuf", "-oL", "biolatency", "-d", filepath.Base(dev)), out: &logBuffer{}}
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start biolatency (libbpf-tools): %v", err)
+	}
+	// It prints its banner once attached.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.out.String(), "Tracing") {
+		if time.Now().After(deadline) {
+			t.Fatalf("biolatency did not start: %s", b.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return b
+}
+
+// stop ends biolatency and sums the counts of its histogram.
+func (b *biolatency) stop(t *testing.T) float64 {
+	t.Helper()
+	b.cmd.Process.Signal(os.Interrupt)
+	b.cmd.Wait()
+	var n float64
+	for _, line := range strings.Split(b.out.String(), "\n") {
+		// "     64 -> 127        : 12       |****     |"
+		f := strings.Split(line, ":")
+		if len(f) < 2 || !strings.Contains(f[0], "->") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.Fields(f[1])[0], 64); err == nil {
+			n += v
+		}
+	}
+	if n == 0 {
+		t.Fatalf("biolatency printed no histogram:\n%s", b.out.String())
+	}
+	return n
 }
 
 func kindNames() []string { return []string{"data", "metadata", "other"} }
@@ -147,7 +211,7 @@ func exec1(t *testing.T, name string, args ...string) {
 // while a writeback disk's repeated reads are served by the host page cache.
 func TestBtrfsNocowAndCache(t *testing.T) {
 	l := lab.ForTest(t)
-	ex := startExporter(t)
+	ex := startExporter(t, "--image.refresh-interval=1s")
 	ctx := context.Background()
 	h, err := l.NewHostFS(ctx, "btrfs", 2048)
 	if err != nil {
@@ -241,5 +305,34 @@ func TestBtrfsNocowAndCache(t *testing.T) {
 		if img.id == "cow" && device > 0.5*guest {
 			t.Errorf("cache=writeback: device reads %.0f B of guest %.0f B; want most served by the host page cache", device, guest)
 		}
+		if img.id == "direct" {
+			// Stages add up: for direct I/O the file stage contains the device stage.
+			st := func(stage string) float64 {
+				for _, m := range s1.series("fspair_disk_stage_seconds", map[string]string{"source_file": img.file, "op": "read", "stage": stage}) {
+					return m.GetHistogram().GetSampleSum()
+				}
+				return 0
+			}
+			t.Logf("direct reads: file stage %.4fs, device stage %.4fs, host queue %.4fs (sums)", st("file"), st("device"), st("host_queue"))
+			if st("device") <= 0 || st("file") < st("device") {
+				t.Errorf("stage sums: file %.4fs should be >= device %.4fs > 0", st("file"), st("device"))
+			}
+		}
+	}
+	time.Sleep(2 * time.Second) // one image refresh round
+	s := ex.scrape(t)
+	if alloc := s.value(t, "fspair_disk_image_allocated_bytes", map[string]string{"source_file": cow}); alloc < 10<<20 {
+		t.Errorf("sparse CoW image after 10 MiB of distinct guest writes: %.0f bytes allocated", alloc)
+	}
+	for _, f := range []string{cow, nocow} {
+		ext := s.value(t, "fspair_disk_image_extents", map[string]string{"source_file": f})
+		alloc := s.value(t, "fspair_disk_image_allocated_bytes", map[string]string{"source_file": f})
+		t.Logf("%s: %.0f extents, %.0f bytes allocated", filepath.Base(f), ext, alloc)
+		if ext < 1 || alloc <= 0 {
+			t.Errorf("%s: layout %.0f extents, %.0f allocated; want both > 0", f, ext, alloc)
+		}
+	}
+	if alloc := s.value(t, "fspair_disk_image_allocated_bytes", map[string]string{"source_file": nocow}); alloc != 256<<20 {
+		t.Errorf("preallocated NOCOW image: %.0f bytes allocated, want %d", alloc, 256<<20)
 	}
 }
