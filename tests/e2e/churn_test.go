@@ -9,6 +9,13 @@ import (
 	"github.com/fspair/fspair/tests/lab"
 )
 
+func vmDevices(s scrape, dev string) float64 {
+	for _, m := range s.series("fspair_host_device_vm_disks", map[string]string{"host_device": dev}) {
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
 // TestTwoVMsAndHotplug: two guests doing I/O at the same time are told
 // apart; a qcow2 image that allocates as it is written shows its format
 // metadata I/O apart from the guest's data; a disk hot-plugged over QMP
@@ -81,7 +88,30 @@ func TestTwoVMsAndHotplug(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	exec1(t, "sync") // write back VM A's host page cache
+	time.Sleep(500 * time.Millisecond)
 	after := ex.scrape(t)
+	// Host side: both images on one host FS device; each image's device
+	// data is its own, and together they are all the device's data.
+	dd := map[string]string{"host_device": h.Loop, "kind": "data", "op": "write"}
+	devData := after.value(t, "fspair_host_device_bytes_total", dd) - before.value(t, "fspair_host_device_bytes_total", dd)
+	var imgSum float64
+	for _, j := range jobs {
+		w := map[string]string{"source_file": j.file, "op": "write"}
+		dev := after.value(t, "fspair_disk_device_bytes_total", w) - before.value(t, "fspair_disk_device_bytes_total", w)
+		guest := after.value(t, "fspair_disk_bytes_total", w) - before.value(t, "fspair_disk_bytes_total", w)
+		t.Logf("%s: guest wrote %.0f B, its image's data on the host device %.0f B", j.id, guest, dev)
+		if dev <= 0 || dev > 1.1*guest+(1<<20) {
+			t.Errorf("%s: device data %.0f B for %.0f B of guest writes: not its own share", j.id, dev, guest)
+		}
+		imgSum += dev
+	}
+	if imgSum != devData {
+		t.Errorf("device data writes %.0f B, but the two images account for %.0f B", devData, imgSum)
+	}
+	if v := vmDevices(after, h.Loop); v != 2 {
+		t.Errorf("fspair_host_device_vm_disks = %.0f, want 2", v)
+	}
 	for i, j := range jobs {
 		w := map[string]string{"source_file": j.file, "op": "write"}
 		got := after.value(t, "fspair_disk_requests_total", w) - before.value(t, "fspair_disk_requests_total", w)
