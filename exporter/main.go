@@ -126,7 +126,7 @@ func run() int {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector.NewExporter(map[string]collector.Collector{
 			"disk":      collector.NewDiskCollector(inv, probes),
-			"host":      collector.NewHostCollector(inv, probes, probes),
+			"host":      collector.NewHostCollector(inv, probes),
 			"probe":     collector.NewProbeCollector(probes),
 			"discovery": collector.NewDiscoveryCollector(inv, disc.Sources()),
 		}, logger),

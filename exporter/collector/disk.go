@@ -194,6 +194,11 @@ func emitCounters(ch chan<- prometheus.Metric, k []string, s *bpf.DiskCounters) 
 		if err := hist(diskSize, sizeBounds, s.Size[i][:], float64(s.SizeSum[i]), op); err != nil {
 			return err
 		}
+		// The first stage of fspair_disk_stage_seconds (the host collector
+		// adds host_queue and device): the image-file request itself.
+		if err := hist(diskStage, latencyBounds, s.Latency[i][:], float64(s.LatencySumNs[i])/1e9, "file", op); err != nil {
+			return err
+		}
 		counter(diskSequential, s.Sequential[i], op)
 		counter(diskRandom, s.Random[i], op)
 		counter(diskFormatRequests, s.FormatRequests[i], op)

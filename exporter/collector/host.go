@@ -76,13 +76,11 @@ type HostLister interface {
 type HostCollector struct {
 	inv HostLister
 	src HostSource
-	// counters gives the file stage (the disk collector's latency histograms).
-	counters CounterReader
 }
 
 // NewHostCollector returns the host collector.
-func NewHostCollector(inv HostLister, src HostSource, counters CounterReader) *HostCollector {
-	return &HostCollector{inv: inv, src: src, counters: counters}
+func NewHostCollector(inv HostLister, src HostSource) *HostCollector {
+	return &HostCollector{inv: inv, src: src}
 }
 
 // Update implements Collector.
@@ -107,10 +105,6 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.CowBytes), with(k, "cow")...)
 			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.NocowBytes), with(k, "nocow")...)
 		}
-		file, err := c.counters.Counters(d.Slot)
-		if err != nil {
-			return err
-		}
 		for i, op := range dirNames {
 			l := with(k, op)
 			ch <- prometheus.MustNewConstMetric(diskDeviceRequests, prometheus.CounterValue, float64(s.Requests[i]), l...)
@@ -120,7 +114,7 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 				slots []uint64
 				sum   uint64
 			}{
-				{"file", file.Latency[i][:], file.LatencySumNs[i]},
+				// stage=file comes from the disk collector, which holds those counters.
 				{"host_queue", s.Queue[i][:], s.QueueSumNs[i]},
 				{"device", s.Service[i][:], s.ServiceSumNs[i]},
 			} {
