@@ -86,75 +86,92 @@ func NewHostCollector(inv HostLister, src HostSource) *HostCollector {
 // Update implements Collector.
 func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 	for _, d := range c.inv.Disks() {
-		if !d.Tracked {
-			continue
-		}
-		s, err := c.src.ImageDeviceCounters(d.Slot)
-		if err != nil {
-			return err
-		}
-		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
-		if d.Layout.Extents >= 0 {
-			ch <- prometheus.MustNewConstMetric(diskImageExtents, prometheus.GaugeValue, float64(d.Layout.Extents), k...)
-		}
-		ch <- prometheus.MustNewConstMetric(diskImageAllocated, prometheus.GaugeValue, float64(d.Layout.Allocated), k...)
-		ch <- prometheus.MustNewConstMetric(diskImageApparent, prometheus.GaugeValue, float64(d.Layout.Apparent), k...)
-		if d.HostFS.FSType == "btrfs" {
-			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.CowExtents), with(k, "cow")...)
-			ch <- prometheus.MustNewConstMetric(diskBtrfsExtents, prometheus.CounterValue, float64(s.NocowExtents), with(k, "nocow")...)
-			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.CowBytes), with(k, "cow")...)
-			ch <- prometheus.MustNewConstMetric(diskBtrfsExtentBytes, prometheus.CounterValue, float64(s.NocowBytes), with(k, "nocow")...)
-		}
-		for i, op := range dirNames {
-			l := with(k, op)
-			ch <- prometheus.MustNewConstMetric(diskDeviceRequests, prometheus.CounterValue, float64(s.Requests[i]), l...)
-			ch <- prometheus.MustNewConstMetric(diskDeviceBytes, prometheus.CounterValue, float64(s.Bytes[i]), l...)
-			for _, h := range []struct {
-				stage string
-				slots []uint64
-				sum   uint64
-			}{
-				// stage=file comes from the disk collector, which holds those counters.
-				{"host_queue", s.Queue[i][:], s.QueueSumNs[i]},
-				{"device", s.Service[i][:], s.ServiceSumNs[i]},
-			} {
-				m, err := histogram(diskStage, latencyBounds, h.slots, float64(h.sum)/1e9, with(k, h.stage, op)...)
-				if err != nil {
-					return err
-				}
-				ch <- m
+		if d.Tracked {
+			if err := c.updateDisk(ch, d); err != nil {
+				return err
 			}
 		}
 	}
 	for _, dev := range c.inv.Devices() {
-		s, err := c.src.DeviceCounters(dev.Slot)
-		if err != nil {
+		if err := c.updateDevice(ch, dev); err != nil {
 			return err
 		}
-		k := []string{dev.Name, dev.FSType, dev.MountPoint}
-		for ki, kind := range kindNames {
-			for i, op := range dirNames {
-				ch <- prometheus.MustNewConstMetric(hostDeviceRequests, prometheus.CounterValue, float64(s.Requests[ki][i]), with(k, kind, op)...)
-				ch <- prometheus.MustNewConstMetric(hostDeviceBytes, prometheus.CounterValue, float64(s.Bytes[ki][i]), with(k, kind, op)...)
-			}
+	}
+	return nil
+}
+
+// latency sends a latency histogram whose sum the kernel keeps in ns.
+func latency(ch chan<- prometheus.Metric, desc *prometheus.Desc, slots []uint64, sumNs uint64, labels ...string) error {
+	m, err := histogram(desc, latencyBounds, slots, float64(sumNs)/1e9, labels...)
+	if err == nil {
+		ch <- m
+	}
+	return err
+}
+
+func (c *HostCollector) updateDisk(ch chan<- prometheus.Metric, d inventory.Disk) error {
+	s, err := c.src.ImageDeviceCounters(d.Slot)
+	if err != nil {
+		return err
+	}
+	k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
+	gauge := func(desc *prometheus.Desc, v int64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v), with(k, l...)...)
+	}
+	counter := func(desc *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), with(k, l...)...)
+	}
+	if d.Layout.Extents >= 0 {
+		gauge(diskImageExtents, d.Layout.Extents)
+	}
+	gauge(diskImageAllocated, d.Layout.Allocated)
+	gauge(diskImageApparent, d.Layout.Apparent)
+	if d.HostFS.FSType == "btrfs" {
+		counter(diskBtrfsExtents, s.CowExtents, "cow")
+		counter(diskBtrfsExtents, s.NocowExtents, "nocow")
+		counter(diskBtrfsExtentBytes, s.CowBytes, "cow")
+		counter(diskBtrfsExtentBytes, s.NocowBytes, "nocow")
+	}
+	for i, op := range dirNames {
+		counter(diskDeviceRequests, s.Requests[i], op)
+		counter(diskDeviceBytes, s.Bytes[i], op)
+		// stage=file comes from the disk collector, which holds those counters.
+		if err := latency(ch, diskStage, s.Queue[i][:], s.QueueSumNs[i], with(k, "host_queue", op)...); err != nil {
+			return err
 		}
-		ch <- prometheus.MustNewConstMetric(hostDeviceCommits, prometheus.CounterValue, float64(s.Commits), k...)
-		ch <- prometheus.MustNewConstMetric(hostDeviceFlushes, prometheus.CounterValue, float64(s.Flushes), k...)
-		ch <- prometheus.MustNewConstMetric(hostDeviceDiscards, prometheus.CounterValue, float64(s.Discards), k...)
-		ch <- prometheus.MustNewConstMetric(hostDeviceDiscardBytes, prometheus.CounterValue, float64(s.DiscardBytes), k...)
-		ch <- prometheus.MustNewConstMetric(hostDeviceDisks, prometheus.GaugeValue, float64(dev.Disks), k...)
+		if err := latency(ch, diskStage, s.Service[i][:], s.ServiceSumNs[i], with(k, "device", op)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *HostCollector) updateDevice(ch chan<- prometheus.Metric, dev inventory.Device) error {
+	s, err := c.src.DeviceCounters(dev.Slot)
+	if err != nil {
+		return err
+	}
+	k := []string{dev.Name, dev.FSType, dev.MountPoint}
+	counter := func(desc *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), with(k, l...)...)
+	}
+	for ki, kind := range kindNames {
 		for i, op := range dirNames {
-			for _, h := range []struct {
-				desc  *prometheus.Desc
-				slots []uint64
-				sum   uint64
-			}{{hostDeviceService, s.Service[i][:], s.ServiceSumNs[i]}, {hostDeviceQueue, s.Queue[i][:], s.QueueSumNs[i]}} {
-				m, err := histogram(h.desc, latencyBounds, h.slots, float64(h.sum)/1e9, with(k, op)...)
-				if err != nil {
-					return err
-				}
-				ch <- m
-			}
+			counter(hostDeviceRequests, s.Requests[ki][i], kind, op)
+			counter(hostDeviceBytes, s.Bytes[ki][i], kind, op)
+		}
+	}
+	counter(hostDeviceCommits, s.Commits)
+	counter(hostDeviceFlushes, s.Flushes)
+	counter(hostDeviceDiscards, s.Discards)
+	counter(hostDeviceDiscardBytes, s.DiscardBytes)
+	ch <- prometheus.MustNewConstMetric(hostDeviceDisks, prometheus.GaugeValue, float64(dev.Disks), k...)
+	for i, op := range dirNames {
+		if err := latency(ch, hostDeviceService, s.Service[i][:], s.ServiceSumNs[i], with(k, op)...); err != nil {
+			return err
+		}
+		if err := latency(ch, hostDeviceQueue, s.Queue[i][:], s.QueueSumNs[i], with(k, op)...); err != nil {
+			return err
 		}
 	}
 	return nil

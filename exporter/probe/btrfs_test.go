@@ -19,27 +19,56 @@ func sh(t *testing.T, name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// TestBtrfsSubvolumeImage: an image in a Btrfs subvolume, whose st_dev is
-// the subvolume's anonymous device rather than the file system's, is
-// followed like any other (the probes key images by inode, not st_dev).
-func TestBtrfsSubvolumeImage(t *testing.T) {
+// loopFS makes a file system of sizeMiB with mkfs on a loop device and
+// mounts it; the test's cleanup unmounts and detaches it.
+func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
+	t.Helper()
 	dir := t.TempDir()
-	backing := filepath.Join(dir, "btrfs.img")
+	backing := filepath.Join(dir, "fs.img")
 	if err := os.WriteFile(backing, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(backing, 256<<20); err != nil {
+	if err := os.Truncate(backing, sizeMiB<<20); err != nil {
 		t.Fatal(err)
 	}
-	loop := sh(t, "losetup", "-f", "--show", backing)
+	loop = sh(t, "losetup", "-f", "--show", backing)
 	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
-	sh(t, "mkfs.btrfs", "-q", "-f", loop)
-	mnt := filepath.Join(dir, "mnt")
+	sh(t, mkfs, "-q", loop)
+	mnt = filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	sh(t, "mount", loop, mnt)
 	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	return loop, mnt
+}
+
+// trackFile opens path and tracks it as slot, for this process only.
+func trackFile(t *testing.T, p *Probes, path string, slot uint32) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ino, err := p.Inode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Track(ino, slot, ImageConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestBtrfsSubvolumeImage: an image in a Btrfs subvolume, whose st_dev is
+// the subvolume's anonymous device rather than the file system's, is
+// followed like any other (the probes key images by inode, not st_dev).
+func TestBtrfsSubvolumeImage(t *testing.T) {
+	_, mnt := loopFS(t, "mkfs.btrfs", 256)
 	sh(t, "btrfs", "subvolume", "create", filepath.Join(mnt, "images"))
 	// Two files with the same inode number in two subvolumes: only the tracked one counts.
 	img := filepath.Join(mnt, "images", "disk.img")
@@ -65,21 +94,7 @@ func TestBtrfsSubvolumeImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ino, err := p.Inode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Track(ino, 5, ImageConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {
-		t.Fatal(err)
-	}
+	f := trackFile(t, p, img, 5)
 	g, err := os.OpenFile(other, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)

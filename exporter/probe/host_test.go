@@ -2,7 +2,6 @@ package probe
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,17 +28,7 @@ func sysBlockStat(t *testing.T, dev string) (rd, wr uint64) {
 // metadata, another file to other; the device totals equal the device's
 // own /sys/block stat.
 func TestHostDeviceAttribution(t *testing.T) {
-	dir := t.TempDir()
-	backing := filepath.Join(dir, "fs.img")
-	os.WriteFile(backing, nil, 0o600)
-	os.Truncate(backing, 512<<20)
-	loop := sh(t, "losetup", "-f", "--show", backing)
-	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
-	sh(t, "mkfs.ext4", "-q", loop)
-	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(mnt, 0o755)
-	sh(t, "mount", loop, mnt)
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	loop, mnt := loopFS(t, "mkfs.ext4", 512)
 	var st unix.Stat_t
 	if err := unix.Stat(loop, &st); err != nil {
 		t.Fatal(err)
@@ -57,18 +46,7 @@ func TestHostDeviceAttribution(t *testing.T) {
 		}
 	}
 	img := filepath.Join(mnt, "disk.img")
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ino, err := p.Inode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Track(ino, 2, ImageConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	f := trackFile(t, p, img, 2)
 	if err := p.TrackDevice(dev, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -36,22 +36,8 @@ func tracked(t *testing.T) (*Probes, *os.File) {
 			t.Errorf("program %s not attached: %v", pr.Name, pr.Err)
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(t.TempDir(), "disk.img"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := trackFile(t, p, filepath.Join(t.TempDir(), "disk.img"), 3)
 	if err := f.Truncate(64 << 20); err != nil {
-		t.Fatal(err)
-	}
-	ino, err := p.Inode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Track(ino, 3, ImageConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {
 		t.Fatal(err)
 	}
 	return p, f
