@@ -21,7 +21,7 @@
  * other's half-written state. This only blurs the order of requests that were
  * concurrent in the first place; counts and bytes stay exact.
  */
-#include "fspair.h"
+#include "call.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -33,21 +33,12 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_INFLIGHT 16384
 /* qcow2 metadata clusters marked across all qcow2 disks. */
 #define MAX_FORMAT_CLUSTERS 262144
+/* Host file systems with flushes in progress at once. */
+#define MAX_FLUSH_WINDOWS 256
 /* The seek history: the closest of the last 16 requests, as vscsiStats measures it. */
 #define SEEK_HISTORY 16
 /* The most iovec entries a vectored call may carry (UIO_MAXIOV). */
 #define MAX_IOV 1024
-
-/* Operations, the `op` label. */
-enum op {
-	OP_READ,
-	OP_WRITE,
-	OP_FLUSH,
-	OP_DISCARD,
-	OP_WRITE_ZEROES,
-	OP_ALLOCATE,
-	OP_MAX,
-};
 
 /* How QEMU issued the request, the `interface` label. */
 enum iface {
@@ -58,15 +49,6 @@ enum iface {
 };
 /* submissions[] is sized to a power of two so that a mask bounds the index. */
 #define IFACE_SLOTS 4
-
-/* Why an event was lost, the `reason` label of fspair_probe_events_dropped_total. */
-enum drop {
-	DROP_INFLIGHT_FULL,
-	DROP_BAD_SLOT,
-	DROP_IO_URING_FIXED_FILE,
-	DROP_IOV_TOO_LONG,
-	DROP_MAX,
-};
 
 /* How writes became synchronous, the `mode` label. */
 enum sync_mode {
@@ -82,6 +64,21 @@ enum sync_mode {
  * writer sends many writes per flush.
  */
 #define SYNC_EPOCH_MAX 4
+
+/*
+ * What the host page cache did for a synchronous read or write, the
+ * `result` label: a read was a hit (no device read queued by the call) or a
+ * miss; a buffered write's bytes were absorbed (landed on pages already
+ * dirty, so writeback sends them once for several writes) or dirtied clean
+ * pages; direct I/O bypassed the cache.
+ */
+enum cache_result {
+	CACHE_HIT,	/* reads: hit; writes: absorbed */
+	CACHE_MISS,	/* reads: miss; writes: dirtied */
+	CACHE_DIRECT,
+	CACHE_MAX,
+};
+#define CACHE_SLOTS 4
 
 /* Histogram shapes: slot counts include the +Inf bucket. */
 #define LAT_SLOTS 25  /* latency, le = 2^k microseconds, k = 0..23 (1 us .. 8.4 s) */
@@ -114,6 +111,10 @@ struct counters {
 	u64 format_requests[2];		/* qcow2 metadata reads, writes */
 	u64 format_bytes[2];
 	u64 io_uring_punted;		/* io_uring requests handed to io-wq workers */
+	/* Synchronous reads and writes by what the host page cache did, by enum cache_result. */
+	u64 cache_reads[CACHE_SLOTS];
+	u64 cache_read_bytes[CACHE_SLOTS];
+	u64 cache_write_bytes[CACHE_SLOTS];
 };
 
 /* The value of disk_seek: submission-order state of one disk. */
@@ -141,17 +142,6 @@ struct format_cluster {
 	u32 slot;
 	u32 pad;
 	u64 cluster;
-};
-
-/* A request between submission and completion. */
-struct inflight {
-	u64 start_ns;
-	u64 len;
-	u32 slot;
-	u8 op;
-	u8 format; /* qcow2 metadata, counted apart from guest data */
-	u8 pad[2];
-	u32 tgid; /* linux-aio: the submitting process */
 };
 
 /* Key of aio_pending: a user-space iocb of a process. */
@@ -222,17 +212,21 @@ struct {
 	__type(value, u8);
 } vmm_tgids SEC(".maps");
 
-/*
- * The synchronous call a thread is in, in the thread's own task storage:
- * cheaper than a hash keyed by thread id on every pread/pwrite, and freed
- * with the thread.
- */
+/* Each VMM thread's synchronous call and direct I/O mark (call.h); shared with host.bpf.c. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct inflight);
-} inflight_calls SEC(".maps");
+	__type(value, struct io_task);
+} io_tasks SEC(".maps");
+
+/* Host file system dev_t -> its flushes in progress (call.h); shared with host.bpf.c. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FLUSH_WINDOWS);
+	__type(key, u32);
+	__type(value, struct flush_window);
+} flush_windows SEC(".maps");
 
 /* io_uring requests in flight, by struct io_kiocb. */
 struct {
@@ -265,14 +259,6 @@ struct {
 	__type(key, u64);
 	__type(value, struct aio_call);
 } aio_calls SEC(".maps");
-
-/* Events lost, by enum drop. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_MAX);
-	__type(key, u32);
-	__type(value, u64);
-} events_dropped SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -307,14 +293,6 @@ u32 track_all_tasks = 0;
 #define IORING_OP_WRITE 23
 /* io_uring/io_uring.h: REQ_F_FIXED_FILE is bit 0 of io_kiocb.flags. */
 #define REQ_F_FIXED_FILE 1ULL
-
-static __always_inline void drop(u32 reason)
-{
-	u64 *v = bpf_map_lookup_elem(&events_dropped, &reason);
-
-	if (v)
-		*v += 1; /* per-CPU: no atomic needed */
-}
 
 static __always_inline bool task_followed(u32 tgid)
 {
@@ -558,20 +536,62 @@ static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
 /* Park a submitted synchronous call in the thread's storage until its exit. */
 static __always_inline void call_park(struct inflight *rec)
 {
-	struct inflight *slot = bpf_task_storage_get(&inflight_calls, bpf_get_current_task_btf(), 0,
-						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0,
+						 BPF_LOCAL_STORAGE_GET_F_CREATE);
 
-	if (!slot) {
+	if (!t) {
 		drop(DROP_INFLIGHT_FULL);
 		return;
 	}
-	*slot = *rec;
+	t->call = *rec;
+	t->dirtied = 0;
+	t->cause = 0;
+}
+
+/*
+ * A flush on an image opens its host file system's flush window: the
+ * journal threads' writes while it is open are what the flush waits for.
+ * Keyed by the super block's dev_t, which is the block device's for ext4
+ * and XFS; Btrfs (an anonymous dev_t) writes its log tree in the flushing
+ * thread itself, which host.bpf.c charges exactly.
+ */
+static __always_inline void flush_window_open(struct inflight *rec, struct file *f)
+{
+	struct flush_window *w, fresh = {};
+	u32 dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+
+	rec->dev = dev;
+	w = bpf_map_lookup_elem(&flush_windows, &dev);
+	if (!w) {
+		fresh.start_ns = rec->start_ns;
+		fresh.slot = rec->slot;
+		fresh.waiters = 1;
+		if (bpf_map_update_elem(&flush_windows, &dev, &fresh, BPF_NOEXIST) == 0)
+			return;
+		w = bpf_map_lookup_elem(&flush_windows, &dev);
+		if (!w)
+			return;
+	}
+	/* A window left open by a thread that died in its flush starts afresh. */
+	if (rec->start_ns - w->start_ns > FLUSH_WINDOW_MAX_NS)
+		w->waiters = 0;
+	w->start_ns = rec->start_ns;
+	w->slot = rec->slot;
+	inc(&w->waiters, 1);
+}
+
+static __always_inline void flush_window_close(u32 dev)
+{
+	struct flush_window *w = bpf_map_lookup_elem(&flush_windows, &dev);
+
+	if (w && w->waiters > 0)
+		inc(&w->waiters, -1);
 }
 
 /* A synchronous call on an fd entered: follow it if the fd is a tracked image. */
 static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsync_call)
 {
-	struct inflight rec;
+	struct inflight rec = {};
 	struct file *f;
 	u32 *slot;
 	bool dsync;
@@ -583,22 +603,56 @@ static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsyn
 	if (!slot)
 		return 0;
 	dsync = op == OP_WRITE && (dsync_call || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
-	if (submit(&rec, *slot, op, pos, len, IFACE_SYSCALL, dsync))
-		call_park(&rec);
+	if (!submit(&rec, *slot, op, pos, len, IFACE_SYSCALL, dsync))
+		return 0;
+	if (op == OP_FLUSH && !rec.format)
+		flush_window_open(&rec, f);
+	call_park(&rec);
 	return 0;
+}
+
+/* What the host page cache did for a synchronous read or write that moved ret > 0 bytes. */
+static __always_inline void cache_account(struct io_task *t, s64 ret)
+{
+	u32 slot = t->call.slot;
+	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
+	u64 dirtied;
+
+	if (!st || t->call.format)
+		return;
+	if (t->call.op == OP_READ) {
+		u32 r = (t->cause & CAUSE_DIRECT) ? CACHE_DIRECT :
+			(t->cause & CAUSE_DEVICE_READ) ? CACHE_MISS : CACHE_HIT;
+
+		inc(&st->cache_reads[r], 1);
+		inc(&st->cache_read_bytes[r], ret);
+		return;
+	}
+	if (t->cause & CAUSE_DIRECT) {
+		inc(&st->cache_write_bytes[CACHE_DIRECT], ret);
+		return;
+	}
+	/* A partial-page write dirties a whole page: cap at the bytes written. */
+	dirtied = t->dirtied < (u64)ret ? t->dirtied : (u64)ret;
+	inc(&st->cache_write_bytes[CACHE_MISS], dirtied);
+	inc(&st->cache_write_bytes[CACHE_HIT], ret - dirtied);
 }
 
 static __always_inline int call_exit(struct syscall_exit_ctx *ctx)
 {
-	struct inflight *rec;
+	struct io_task *t;
 
 	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	rec = bpf_task_storage_get(&inflight_calls, bpf_get_current_task_btf(), 0, 0);
-	if (!rec || !rec->start_ns)
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t || !t->call.start_ns)
 		return 0;
-	complete(rec, ctx->ret);
-	rec->start_ns = 0;
+	complete(&t->call, ctx->ret);
+	if (ctx->ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
+		cache_account(t, ctx->ret);
+	if (t->call.dev)
+		flush_window_close(t->call.dev);
+	t->call.start_ns = 0;
 	return 0;
 }
 

@@ -14,9 +14,12 @@
  * belong to the VMM's memory, so the submitting task is marked at
  * iomap_dio_rw_begin with the image it works on and its bios are tagged at
  * block_bio_queue. Service time is issue to completion (the device), queue
- * time insert to issue (the host's I/O scheduler).
+ * time allocation to issue (the host's plugging and I/O scheduler).
+ * Synchronous calls: a bio queued by a VMM thread inside a call on an image
+ * is the call's doing (a page cache miss for a read, the device work of a
+ * flush); page dirtying inside a write call tells absorbed from new writes.
  */
-#include "fspair.h"
+#include "call.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -25,10 +28,24 @@ char LICENSE[] SEC("license") = "GPL";
 /* Mirrors disk.bpf.c: the map is shared, loaded once. */
 #define MAX_DISKS 1024
 #define MAX_IMAGES (MAX_DISKS * 2)
-/* Requests and bios in flight on followed devices. */
-#define MAX_RQ 16384
+#define MAX_FLUSH_WINDOWS 256
+/* Direct I/O bios in flight on followed devices. */
+#define MAX_BIOS 16384
 
 #define LAT_SLOTS 25 /* le = 2^k microseconds, as in disk.bpf.c */
+
+/*
+ * The issue time of a request in flight lives in rq_issued at an index made
+ * of its device slot, hardware queue and driver tag, which no two requests in
+ * flight share: an array slot costs no hash, no allocation and no delete.
+ * 4 bits of device, 2 of hardware queue, 10 of tag: devices beyond 16,
+ * queues beyond 4 or tags beyond 1024 may share a slot, which the request
+ * pointer kept beside the time detects (such a request is counted but not
+ * timed, and shows in fspair_probe_events_dropped_total{reason="request_untimed"}).
+ */
+#define RQ_TAG_BITS 10
+#define RQ_HCTX_BITS 2
+#define RQ_SLOTS (1 << 16)
 
 enum kind {
 	KIND_DATA,
@@ -36,14 +53,16 @@ enum kind {
 	KIND_OTHER,
 	KIND_MAX,
 };
+#define KIND_SLOTS 4
 
-/* include/linux/blk_types.h: the op is the low 8 bits, REQ_META bit 12 (__REQ_META). */
+/* include/linux/blk_types.h: the op is the low 8 bits of cmd_flags/bi_opf. */
 #define REQ_OP_MASK 0xff
 #define REQ_OP_READ 0
 #define REQ_OP_WRITE 1
 #define REQ_OP_FLUSH 2
 #define REQ_OP_DISCARD 3
-#define REQ_META (1U << 12)
+/* Flag bits relocated against the running kernel's enum req_flag_bits. */
+#define REQ_FLAG(bit) (1U << bpf_core_enum_value(enum req_flag_bits, bit))
 /* include/uapi/linux/stat.h */
 #define S_IFMT 00170000
 #define S_IFBLK 0060000
@@ -51,6 +70,7 @@ enum kind {
 #define BTRFS_BTREE_INODE 1
 /* include/linux/page-flags.h: PAGE_MAPPING_ANON, the low bit of page->mapping. */
 #define PAGE_MAPPING_ANON 0x1
+#define PAGE_SIZE 4096
 
 /* The value of device_stats: one followed block device. */
 struct device_counters {
@@ -78,26 +98,43 @@ struct image_device_counters {
 	u64 service_sum_ns[2];
 	u64 queue[2][LAT_SLOTS];
 	u64 queue_sum_ns[2];
+	/* What the disk's flushes (fdatasync/fsync) sent to the device. */
+	u64 flush_writes[KIND_SLOTS];	   /* write bios the flushing thread queued, by kind */
+	u64 flush_write_bytes[KIND_SLOTS];
+	u64 flush_cache_flushes;	   /* device cache flushes (preflush or flush op) it or the journal queued */
+	u64 flush_journal_writes;	   /* journal thread writes in its flush window */
+	u64 flush_journal_bytes;
 };
 
-/* A request between insert/issue and completion. */
-struct rq_info {
-	u64 insert_ns;
+/* The value of rq_issued. */
+struct rq_issue {
+	u64 rq;
 	u64 issue_ns;
-	u32 owner; /* disk slot + 1; 0 = no image */
-	u32 dev;   /* device slot */
-	u8 kind;
-	u8 dir;
-	u8 pad[6];
 };
 
-/* Image inode -> disk slot: the same map as disk.bpf.c's, shared at load. */
+/* Image inode -> disk slot: disk.bpf.c's map, shared at load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_IMAGES);
 	__type(key, u64);
 	__type(value, u32);
 } disk_by_inode SEC(".maps");
+
+/* VMM thread state (call.h): disk.bpf.c's map, shared at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct io_task);
+} io_tasks SEC(".maps");
+
+/* Flushes in progress by host file system (call.h): disk.bpf.c's map, shared at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FLUSH_WINDOWS);
+	__type(key, u32);
+	__type(value, struct flush_window);
+} flush_windows SEC(".maps");
 
 /* Block device (kernel dev_t, major << 20 | minor) -> device slot. Written by user space. */
 struct {
@@ -123,29 +160,21 @@ struct {
 	__type(value, struct image_device_counters);
 } image_device_stats SEC(".maps");
 
-/* Requests in flight on followed devices, by struct request. */
+/* rq_index(request) -> the request issued there and when. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_RQ);
-	__type(key, u64);
-	__type(value, struct rq_info);
-} requests SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RQ_SLOTS);
+	__type(key, u32);
+	__type(value, struct rq_issue);
+} rq_issued SEC(".maps");
 
-/* Direct I/O bios -> the disk slot + 1 they belong to, from the submitting task's mark. */
+/* Direct I/O bios -> the disk slot + 1 they belong to, from the submitting thread's mark. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_RQ);
+	__uint(max_entries, MAX_BIOS);
 	__type(key, u64);
 	__type(value, u32);
 } bio_owner SEC(".maps");
-
-/* The image (disk slot + 1) a task is doing direct I/O on, between iomap begin and its return. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, u32);
-} dio_owner SEC(".maps");
 
 /* Btrfs file system id -> device slot: Btrfs events name the file system, not a device. */
 struct btrfs_fsid {
@@ -159,24 +188,72 @@ struct {
 	__type(value, u32);
 } btrfs_devices SEC(".maps");
 
+/*
+ * The programs below are tp_btf: their arguments are typed kernel pointers,
+ * so fields are read with plain (fault-safe) loads, not probe-read calls.
+ */
+
 static __always_inline u32 *device_slot(struct block_device *bdev)
 {
 	u32 dev;
 
 	if (!bdev)
 		return NULL;
-	dev = BPF_CORE_READ(bdev, bd_dev);
+	dev = bdev->bd_dev;
 	return bpf_map_lookup_elem(&host_devices, &dev);
 }
 
 /* The device of a request: its partition, or for flush requests (no part) the whole disk. */
 static __always_inline u32 *rq_device_slot(struct request *rq)
 {
-	struct block_device *part = BPF_CORE_READ(rq, part);
+	struct block_device *part = rq->part;
 
 	if (!part)
-		part = BPF_CORE_READ(rq, q, disk, part0);
+		part = rq->q->disk->part0;
 	return device_slot(part);
+}
+
+static __always_inline u32 rq_index(struct request *rq, u32 dev)
+{
+	u32 tag = rq->tag, hctx = rq->mq_hctx->queue_num;
+
+	return ((dev << (RQ_HCTX_BITS + RQ_TAG_BITS)) | ((hctx & ((1 << RQ_HCTX_BITS) - 1)) << RQ_TAG_BITS) |
+		(tag & ((1 << RQ_TAG_BITS) - 1))) & (RQ_SLOTS - 1);
+}
+
+/*
+ * Whose is a page on its way to the device: a tracked image's (its disk slot
+ * + 1 in *owner), file system metadata (the block device's own cache holds
+ * ext4 metadata and jbd2 journal buffers; the Btrfs btree inode caches the
+ * btrees), or other. The anonymous-page bit is tested on a probe-read copy:
+ * the verifier forbids bit operations on a kernel pointer.
+ */
+static __always_inline u32 page_kind(struct page *page, u32 *owner)
+{
+	struct inode *host;
+	u64 mapping = 0, inode;
+	u32 *slot;
+
+	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
+	if (!mapping || (mapping & PAGE_MAPPING_ANON))
+		return KIND_OTHER;
+	host = page->mapping->host;
+	inode = (u64)host;
+	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	if (slot) {
+		*owner = *slot + 1;
+		return KIND_DATA;
+	}
+	if ((host->i_mode & S_IFMT) == S_IFBLK || host->i_ino == BTRFS_BTREE_INODE)
+		return KIND_METADATA;
+	return KIND_OTHER;
+}
+
+static __always_inline u32 bio_kind(struct bio *bio, u32 opf, u32 *owner)
+{
+	if (opf & REQ_FLAG(__REQ_META))
+		return KIND_METADATA;
+	return page_kind(bio->bi_io_vec->bv_page, owner);
 }
 
 SEC("tp_btf/iomap_dio_rw_begin")
@@ -184,29 +261,24 @@ int host_dio_begin(u64 *ctx)
 {
 	struct kiocb *iocb = (void *)ctx[0];
 	struct task_struct *task = bpf_get_current_task_btf();
-	u64 inode = (u64)BPF_CORE_READ(iocb, ki_filp, f_inode);
+	u64 inode = (u64)iocb->ki_filp->f_inode;
 	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	u32 *mark;
+	struct io_task *t;
 
 	if (!slot) {
 		/* Clear a mark left from an image, keep untouched tasks free of storage. */
-		mark = bpf_task_storage_get(&dio_owner, task, 0, 0);
-		if (mark)
-			*mark = 0;
+		t = bpf_task_storage_get(&io_tasks, task, 0, 0);
+		if (t)
+			t->dio_owner = 0;
 		return 0;
 	}
-	mark = bpf_task_storage_get(&dio_owner, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (mark)
-		*mark = *slot + 1;
+	t = bpf_task_storage_get(&io_tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	t->dio_owner = *slot + 1;
+	if (t->call.start_ns && t->call.slot == *slot)
+		t->cause |= CAUSE_DIRECT;
 	return 0;
-}
-
-static __always_inline void dio_end(void)
-{
-	u32 *mark = bpf_task_storage_get(&dio_owner, bpf_get_current_task_btf(), 0, 0);
-
-	if (mark)
-		*mark = 0;
 }
 
 /*
@@ -220,22 +292,100 @@ static __always_inline void dio_end(void)
 SEC("tp_btf/iomap_dio_rw_queued")
 int host_dio_queued(u64 *ctx)
 {
-	dio_end();
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+
+	if (t)
+		t->dio_owner = 0;
 	return 0;
 }
 
+/*
+ * A bio the thread in a synchronous call queues is that call's doing: a
+ * read means the call missed the host page cache; during a flush, writes
+ * and cache flushes are what the flush cost on the device.
+ */
+static __always_inline void call_bio(struct io_task *t, struct bio *bio, u32 opf)
+{
+	struct image_device_counters *ic;
+	u32 op = opf & REQ_OP_MASK, slot, kind, owner = 0;
+
+	if (!device_slot(bio->bi_bdev))
+		return;
+	if (t->call.op == OP_READ) {
+		if (op == REQ_OP_READ)
+			t->cause |= CAUSE_DEVICE_READ;
+		return;
+	}
+	if (t->call.op != OP_FLUSH)
+		return;
+	slot = t->call.slot;
+	ic = bpf_map_lookup_elem(&image_device_stats, &slot);
+	if (!ic)
+		return;
+	if (op == REQ_OP_FLUSH || (opf & REQ_FLAG(__REQ_PREFLUSH)))
+		inc(&ic->flush_cache_flushes, 1);
+	if (op != REQ_OP_WRITE || !bio->bi_iter.bi_size)
+		return;
+	kind = bounded(bio_kind(bio, opf, &owner), KIND_SLOTS - 1);
+	inc(&ic->flush_writes[kind], 1);
+	inc(&ic->flush_write_bytes[kind], bio->bi_iter.bi_size);
+}
+
+/*
+ * A synchronous or metadata write from a thread outside any image call (a
+ * journal thread, a log worker) while flushes wait on its file system: the
+ * journal commit the flush waits for. Charged to the disk whose flush
+ * started last; concurrent flushes on one file system share one commit.
+ */
+static __always_inline void journal_bio(struct bio *bio, u32 opf)
+{
+	struct image_device_counters *ic;
+	struct flush_window *w;
+	u32 dev, slot, owner = 0, size;
+
+	if ((opf & REQ_OP_MASK) != REQ_OP_WRITE || !bio->bi_bdev)
+		return;
+	if (!(opf & (REQ_FLAG(__REQ_SYNC) | REQ_FLAG(__REQ_META) | REQ_FLAG(__REQ_FUA) | REQ_FLAG(__REQ_PREFLUSH))))
+		return;
+	dev = bio->bi_bdev->bd_dev;
+	w = bpf_map_lookup_elem(&flush_windows, &dev);
+	if (!w || !w->waiters || bpf_ktime_get_ns() - w->start_ns > FLUSH_WINDOW_MAX_NS)
+		return;
+	size = bio->bi_iter.bi_size;
+	/* Another image's writeback is its data, not a commit. */
+	if (size && bio_kind(bio, opf, &owner) == KIND_DATA)
+		return;
+	slot = w->slot;
+	ic = bpf_map_lookup_elem(&image_device_stats, &slot);
+	if (!ic)
+		return;
+	/* An empty preflush write is how the block layer asks for a cache flush. */
+	if (opf & REQ_FLAG(__REQ_PREFLUSH))
+		inc(&ic->flush_cache_flushes, 1);
+	if (!size)
+		return;
+	inc(&ic->flush_journal_writes, 1);
+	inc(&ic->flush_journal_bytes, size);
+}
 
 SEC("tp_btf/block_bio_queue")
 int host_bio_queue(u64 *ctx)
 {
 	struct bio *bio = (void *)ctx[0];
-	u64 key = (u64)bio;
-	u32 *mark;
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	u32 opf = bio->bi_opf;
+	u64 key;
 
-	mark = bpf_task_storage_get(&dio_owner, bpf_get_current_task_btf(), 0, 0);
-	if (!mark || !*mark || !device_slot(BPF_CORE_READ(bio, bi_bdev)))
+	if (!t || !t->call.start_ns)
+		journal_bio(bio, opf);
+	if (!t)
 		return 0;
-	bpf_map_update_elem(&bio_owner, &key, mark, BPF_ANY);
+	if (t->call.start_ns)
+		call_bio(t, bio, opf);
+	if (t->dio_owner && device_slot(bio->bi_bdev)) {
+		key = (u64)bio;
+		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
+	}
 	return 0;
 }
 
@@ -248,7 +398,7 @@ SEC("tp_btf/block_split")
 int host_bio_split(u64 *ctx)
 {
 	struct bio *split = (void *)ctx[0];
-	u64 parent = (u64)BPF_CORE_READ(split, bi_private), key = (u64)split;
+	u64 parent = (u64)split->bi_private, key = (u64)split;
 	u32 *owner = bpf_map_lookup_elem(&bio_owner, &parent);
 
 	if (owner)
@@ -256,80 +406,44 @@ int host_bio_split(u64 *ctx)
 	return 0;
 }
 
-SEC("tp_btf/block_rq_insert")
-int host_rq_insert(u64 *ctx)
-{
-	struct request *rq = (void *)ctx[0];
-	struct rq_info info = {};
-	u64 key = (u64)rq;
-
-	if (!rq_device_slot(rq))
-		return 0;
-	info.insert_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&requests, &key, &info, BPF_ANY);
-	return 0;
-}
-
-/* Classify a request by its first bio: whose data, or metadata, or other. */
-static __always_inline void classify(struct request *rq, struct rq_info *info)
-{
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	u64 bkey = (u64)bio, mapping, inode;
-	struct inode *host;
-	u32 *owner, *slot;
-
-	info->kind = KIND_OTHER;
-	info->owner = 0;
-	if (!bio)
-		return;
-	owner = bpf_map_lookup_elem(&bio_owner, &bkey);
-	if (owner) {
-		info->owner = *owner;
-		info->kind = KIND_DATA;
-		bpf_map_delete_elem(&bio_owner, &bkey);
-		return;
-	}
-	if (BPF_CORE_READ(rq, cmd_flags) & REQ_META) {
-		info->kind = KIND_METADATA;
-		return;
-	}
-	mapping = (u64)BPF_CORE_READ(bio, bi_io_vec, bv_page, mapping);
-	if (!mapping || (mapping & PAGE_MAPPING_ANON))
-		return;
-	host = BPF_CORE_READ((struct address_space *)mapping, host);
-	inode = (u64)host;
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (slot) {
-		info->owner = *slot + 1;
-		info->kind = KIND_DATA;
-		return;
-	}
-	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || BPF_CORE_READ(host, i_ino) == BTRFS_BTREE_INODE)
-		info->kind = KIND_METADATA;
-}
-
 SEC("tp_btf/block_rq_issue")
 int host_rq_issue(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
-	u64 key = (u64)rq;
-	struct rq_info *info, fresh = {};
-	u32 *dev = rq_device_slot(rq);
-	u32 op;
+	u32 *dev = rq_device_slot(rq), i;
+	struct rq_issue *slot;
 
 	if (!dev)
 		return 0;
-	info = bpf_map_lookup_elem(&requests, &key);
-	if (!info)
-		info = &fresh;
-	op = BPF_CORE_READ(rq, cmd_flags) & REQ_OP_MASK;
-	info->issue_ns = bpf_ktime_get_ns();
-	info->dev = *dev;
-	info->dir = op == REQ_OP_WRITE;
-	classify(rq, info);
-	if (info == &fresh)
-		bpf_map_update_elem(&requests, &key, &fresh, BPF_ANY);
+	i = rq_index(rq, *dev);
+	slot = bpf_map_lookup_elem(&rq_issued, &i);
+	if (!slot)
+		return 0;
+	slot->rq = (u64)rq;
+	slot->issue_ns = bpf_ktime_get_ns();
 	return 0;
+}
+
+/* Classify a request by its first bio: whose data, or metadata, or other. */
+static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
+{
+	struct bio *bio = rq->bio;
+	u64 key = (u64)bio;
+	u32 kind, *dio;
+
+	if (!bio)
+		return KIND_OTHER;
+	kind = bio_kind(bio, rq->cmd_flags, owner);
+	if (kind != KIND_OTHER)
+		return kind;
+	/* Direct I/O pages are the VMM's memory: the bio was tagged when queued. */
+	dio = bpf_map_lookup_elem(&bio_owner, &key);
+	if (!dio)
+		return KIND_OTHER;
+	*owner = *dio;
+	if (last)
+		bpf_map_delete_elem(&bio_owner, &key);
+	return KIND_DATA;
 }
 
 static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
@@ -338,59 +452,114 @@ static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
 	inc(sum, ns);
 }
 
+/*
+ * Completion, possibly in parts (a driver may complete a request in pieces):
+ * bytes are counted for every part, the request and its latency once, at
+ * the part that ends it. Queue time runs from the request's allocation
+ * (rq->start_time_ns, which the block layer keeps when I/O statistics are
+ * on, the default) to its issue: plugging and the I/O scheduler.
+ */
 SEC("tp_btf/block_rq_complete")
 int host_rq_complete(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
-	u64 nr_bytes = (u32)ctx[2];
-	u64 key = (u64)rq, now = bpf_ktime_get_ns(), service, queue = 0;
+	u32 nr_bytes = (u32)ctx[2];
+	u32 *devp = rq_device_slot(rq), dev, op, kind, dir, owner = 0, i;
+	u64 now, service = 0, queue = 0, start;
 	struct device_counters *dc;
-	struct image_device_counters *ic;
-	struct rq_info *info = bpf_map_lookup_elem(&requests, &key);
-	u32 dev, owner, op, kind, dir;
+	struct image_device_counters *ic = NULL;
+	struct rq_issue *slot;
+	bool last;
 
-	if (!info || !info->issue_ns)
+	if (!devp)
 		return 0;
-	dev = info->dev;
+	dev = *devp;
 	dc = bpf_map_lookup_elem(&device_stats, &dev);
 	if (!dc)
-		goto out;
-	op = BPF_CORE_READ(rq, cmd_flags) & REQ_OP_MASK;
+		return 0;
+	op = rq->cmd_flags & REQ_OP_MASK;
 	if (op == REQ_OP_FLUSH) {
 		inc(&dc->flushes, 1);
-		goto out;
+		return 0;
 	}
 	if (op == REQ_OP_DISCARD) {
 		inc(&dc->discards, 1);
 		inc(&dc->discard_bytes, nr_bytes);
-		goto out;
+		return 0;
 	}
 	if (op != REQ_OP_READ && op != REQ_OP_WRITE)
-		goto out;
-	kind = bounded(info->kind, 3);
+		return 0;
+	dir = op;
+	last = nr_bytes >= rq->__data_len;
+	kind = bounded(classify(rq, &owner, last), KIND_SLOTS - 1);
 	if (kind >= KIND_MAX)
-		goto out;
-	dir = bounded(info->dir, 1);
-	service = now - info->issue_ns;
-	if (info->insert_ns && info->issue_ns > info->insert_ns)
-		queue = info->issue_ns - info->insert_ns;
-	inc(&dc->requests[kind][dir], 1);
+		return 0;
 	inc(&dc->bytes[kind][dir], nr_bytes);
+	if (owner) {
+		owner -= 1;
+		ic = bpf_map_lookup_elem(&image_device_stats, &owner);
+		if (ic)
+			inc(&ic->bytes[dir], nr_bytes);
+	}
+	if (!last)
+		return 0;
+	inc(&dc->requests[kind][dir], 1);
+	if (ic)
+		inc(&ic->requests[dir], 1);
+
+	i = rq_index(rq, dev);
+	slot = bpf_map_lookup_elem(&rq_issued, &i);
+	if (!slot || slot->rq != (u64)rq || !slot->issue_ns) {
+		drop(DROP_REQUEST_UNTIMED);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	service = now - slot->issue_ns;
+	start = rq->start_time_ns;
+	if (start && slot->issue_ns > start)
+		queue = slot->issue_ns - start;
+	slot->rq = 0;
 	hist(dc->service[dir], &dc->service_sum_ns[dir], service);
 	hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
-	owner = info->owner;
-	if (!owner)
-		goto out;
-	owner -= 1;
-	ic = bpf_map_lookup_elem(&image_device_stats, &owner);
-	if (!ic)
-		goto out;
-	inc(&ic->requests[dir], 1);
-	inc(&ic->bytes[dir], nr_bytes);
-	hist(ic->service[dir], &ic->service_sum_ns[dir], service);
-	hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);
-out:
-	bpf_map_delete_elem(&requests, &key);
+	if (ic) {
+		hist(ic->service[dir], &ic->service_sum_ns[dir], service);
+		hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);
+	}
+	return 0;
+}
+
+/*
+ * A page of the image turns dirty in the host page cache. During a buffered
+ * write call this is the part of the write that writeback will have to send;
+ * the rest landed on pages already dirty (absorbed).
+ */
+SEC("tp_btf/writeback_dirty_folio")
+int host_dirty_folio(u64 *ctx)
+{
+	struct folio *folio = (void *)ctx[0];
+	struct address_space *mapping = (void *)ctx[1];
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	u64 inode, flags = 0, bytes = PAGE_SIZE;
+	u32 *slot, nr = 1;
+
+	if (!t || !t->call.start_ns || t->call.op != OP_WRITE || !mapping)
+		return 0;
+	inode = (u64)mapping->host;
+	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	if (!slot || *slot != t->call.slot)
+		return 0;
+	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
+	if (flags & (1ULL << bpf_core_enum_value(enum pageflags, PG_head))) {
+		if (bpf_core_field_exists(folio->_nr_pages))
+			nr = folio->_nr_pages;
+		else
+			nr = BPF_CORE_READ((struct folio___old *)folio, _folio_nr_pages);
+	}
+	bytes = (u64)nr * PAGE_SIZE;
+	if (t->dirtied + bytes > 0xffffffffULL)
+		t->dirtied = 0xffffffff;
+	else
+		t->dirtied += bytes;
 	return 0;
 }
 

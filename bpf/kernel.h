@@ -48,9 +48,14 @@ struct iovec {
 	unsigned long iov_len;
 };
 
+struct super_block {
+	__u32 s_dev;
+};
+
 struct inode {
 	unsigned short i_mode;
 	unsigned long i_ino;
+	struct super_block *i_sb;
 };
 
 struct btrfs_inode {
@@ -78,6 +83,19 @@ struct page {
 	struct address_space *mapping;
 };
 
+/*
+ * _nr_pages is only valid in a large folio (PG_head set in the flags word,
+ * the first word of every folio); it was _folio_nr_pages before v6.14.
+ */
+struct folio {
+	struct address_space *mapping;
+	unsigned int _nr_pages;
+};
+
+struct folio___old {
+	unsigned int _folio_nr_pages;
+};
+
 struct bio_vec {
 	struct page *bv_page;
 };
@@ -86,9 +104,14 @@ struct block_device {
 	__u32 bd_dev;
 };
 
+struct bvec_iter {
+	unsigned int bi_size;
+};
+
 struct bio {
 	struct block_device *bi_bdev;
 	__u32 bi_opf;
+	struct bvec_iter bi_iter;
 	struct bio_vec *bi_io_vec;
 	void *bi_private;
 };
@@ -101,9 +124,17 @@ struct request_queue {
 	struct gendisk *disk;
 };
 
+struct blk_mq_hw_ctx {
+	unsigned int queue_num;
+};
+
 struct request {
 	struct request_queue *q;
+	struct blk_mq_hw_ctx *mq_hctx;
+	int tag;
 	__u32 cmd_flags;
+	unsigned int __data_len;
+	__u64 start_time_ns;
 	struct bio *bio;
 	struct block_device *part;
 };
@@ -184,6 +215,19 @@ struct aio_kiocb {
 };
 
 #pragma clang attribute pop
+
+/* include/linux/page-flags.h; the value is relocated against the running kernel. */
+enum pageflags {
+	PG_head = 6,
+};
+
+/* include/linux/blk_types.h; relocated likewise. */
+enum req_flag_bits {
+	__REQ_SYNC = 11,
+	__REQ_META = 12,
+	__REQ_FUA = 17,
+	__REQ_PREFLUSH = 18,
+};
 
 /* include/uapi/linux/aio_abi.h: the user-space iocb (UAPI, fixed layout). */
 struct iocb {

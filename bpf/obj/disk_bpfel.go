@@ -50,6 +50,16 @@ type DiskCounters struct {
 	FormatRequests    [2]uint64
 	FormatBytes       [2]uint64
 	IoUringPunted     uint64
+	CacheReads        [4]uint64
+	CacheReadBytes    [4]uint64
+	CacheWriteBytes   [4]uint64
+}
+
+type DiskFlushWindow struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Waiters uint32
+	Slot    uint32
 }
 
 type DiskFormatCluster struct {
@@ -74,7 +84,16 @@ type DiskInflight struct {
 	Format  uint8
 	Pad     [2]uint8
 	Tgid    uint32
-	_       [4]byte
+	Dev     uint32
+}
+
+type DiskIoTask struct {
+	_        structs.HostLayout
+	Call     DiskInflight
+	Dirtied  uint32
+	DioOwner uint32
+	Cause    uint8
+	Pad      [7]uint8
 }
 
 type DiskRegistrationReq struct {
@@ -105,10 +124,11 @@ const (
 	DiskMapDiskSeek        = "disk_seek"
 	DiskMapDiskStats       = "disk_stats"
 	DiskMapEventsDropped   = "events_dropped"
+	DiskMapFlushWindows    = "flush_windows"
 	DiskMapFormatClusters  = "format_clusters"
 	DiskMapInflightAio     = "inflight_aio"
-	DiskMapInflightCalls   = "inflight_calls"
 	DiskMapInflightUring   = "inflight_uring"
+	DiskMapIoTasks         = "io_tasks"
 	DiskMapRegistration    = "registration"
 	DiskMapVmmTgids        = "vmm_tgids"
 	DiskProgFallocateEnter = "fallocate_enter"
@@ -222,10 +242,11 @@ type DiskMapSpecs struct {
 	DiskSeek       *ebpf.MapSpec `ebpf:"disk_seek"`
 	DiskStats      *ebpf.MapSpec `ebpf:"disk_stats"`
 	EventsDropped  *ebpf.MapSpec `ebpf:"events_dropped"`
+	FlushWindows   *ebpf.MapSpec `ebpf:"flush_windows"`
 	FormatClusters *ebpf.MapSpec `ebpf:"format_clusters"`
 	InflightAio    *ebpf.MapSpec `ebpf:"inflight_aio"`
-	InflightCalls  *ebpf.MapSpec `ebpf:"inflight_calls"`
 	InflightUring  *ebpf.MapSpec `ebpf:"inflight_uring"`
+	IoTasks        *ebpf.MapSpec `ebpf:"io_tasks"`
 	Registration   *ebpf.MapSpec `ebpf:"registration"`
 	VmmTgids       *ebpf.MapSpec `ebpf:"vmm_tgids"`
 }
@@ -265,10 +286,11 @@ type DiskMaps struct {
 	DiskSeek       *ebpf.Map `ebpf:"disk_seek"`
 	DiskStats      *ebpf.Map `ebpf:"disk_stats"`
 	EventsDropped  *ebpf.Map `ebpf:"events_dropped"`
+	FlushWindows   *ebpf.Map `ebpf:"flush_windows"`
 	FormatClusters *ebpf.Map `ebpf:"format_clusters"`
 	InflightAio    *ebpf.Map `ebpf:"inflight_aio"`
-	InflightCalls  *ebpf.Map `ebpf:"inflight_calls"`
 	InflightUring  *ebpf.Map `ebpf:"inflight_uring"`
+	IoTasks        *ebpf.Map `ebpf:"io_tasks"`
 	Registration   *ebpf.Map `ebpf:"registration"`
 	VmmTgids       *ebpf.Map `ebpf:"vmm_tgids"`
 }
@@ -282,10 +304,11 @@ func (m *DiskMaps) Close() error {
 		m.DiskSeek,
 		m.DiskStats,
 		m.EventsDropped,
+		m.FlushWindows,
 		m.FormatClusters,
 		m.InflightAio,
-		m.InflightCalls,
 		m.InflightUring,
+		m.IoTasks,
 		m.Registration,
 		m.VmmTgids,
 	)

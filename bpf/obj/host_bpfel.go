@@ -32,29 +32,55 @@ type HostDeviceCounters struct {
 	QueueSumNs   [2]uint64
 }
 
-type HostImageDeviceCounters struct {
-	_            structs.HostLayout
-	CowExtents   uint64
-	CowBytes     uint64
-	NocowExtents uint64
-	NocowBytes   uint64
-	Requests     [2]uint64
-	Bytes        [2]uint64
-	Service      [2][25]uint64
-	ServiceSumNs [2]uint64
-	Queue        [2][25]uint64
-	QueueSumNs   [2]uint64
+type HostFlushWindow struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Waiters uint32
+	Slot    uint32
 }
 
-type HostRqInfo struct {
-	_        structs.HostLayout
-	InsertNs uint64
-	IssueNs  uint64
-	Owner    uint32
-	Dev      uint32
-	Kind     uint8
-	Dir      uint8
-	Pad      [6]uint8
+type HostImageDeviceCounters struct {
+	_                  structs.HostLayout
+	CowExtents         uint64
+	CowBytes           uint64
+	NocowExtents       uint64
+	NocowBytes         uint64
+	Requests           [2]uint64
+	Bytes              [2]uint64
+	Service            [2][25]uint64
+	ServiceSumNs       [2]uint64
+	Queue              [2][25]uint64
+	QueueSumNs         [2]uint64
+	FlushWrites        [4]uint64
+	FlushWriteBytes    [4]uint64
+	FlushCacheFlushes  uint64
+	FlushJournalWrites uint64
+	FlushJournalBytes  uint64
+}
+
+type HostIoTask struct {
+	_    structs.HostLayout
+	Call struct {
+		_       structs.HostLayout
+		StartNs uint64
+		Len     uint64
+		Slot    uint32
+		Op      uint8
+		Format  uint8
+		Pad     [2]uint8
+		Tgid    uint32
+		Dev     uint32
+	}
+	Dirtied  uint32
+	DioOwner uint32
+	Cause    uint8
+	Pad      [7]uint8
+}
+
+type HostRqIssue struct {
+	_       structs.HostLayout
+	Rq      uint64
+	IssueNs uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -64,20 +90,22 @@ const (
 	HostMapBioOwner          = "bio_owner"
 	HostMapBtrfsDevices      = "btrfs_devices"
 	HostMapDeviceStats       = "device_stats"
-	HostMapDioOwner          = "dio_owner"
 	HostMapDiskByInode       = "disk_by_inode"
+	HostMapEventsDropped     = "events_dropped"
+	HostMapFlushWindows      = "flush_windows"
 	HostMapHostDevices       = "host_devices"
 	HostMapImageDeviceStats  = "image_device_stats"
-	HostMapRequests          = "requests"
+	HostMapIoTasks           = "io_tasks"
+	HostMapRqIssued          = "rq_issued"
 	HostProgHostBioQueue     = "host_bio_queue"
 	HostProgHostBioSplit     = "host_bio_split"
 	HostProgHostBtrfsCommit  = "host_btrfs_commit"
 	HostProgHostBtrfsOrdered = "host_btrfs_ordered"
 	HostProgHostDioBegin     = "host_dio_begin"
 	HostProgHostDioQueued    = "host_dio_queued"
+	HostProgHostDirtyFolio   = "host_dirty_folio"
 	HostProgHostJbd2Commit   = "host_jbd2_commit"
 	HostProgHostRqComplete   = "host_rq_complete"
-	HostProgHostRqInsert     = "host_rq_insert"
 	HostProgHostRqIssue      = "host_rq_issue"
 	HostProgHostXfsLogForce  = "host_xfs_log_force"
 )
@@ -130,9 +158,9 @@ type HostProgramSpecs struct {
 	HostBtrfsOrdered *ebpf.ProgramSpec `ebpf:"host_btrfs_ordered"`
 	HostDioBegin     *ebpf.ProgramSpec `ebpf:"host_dio_begin"`
 	HostDioQueued    *ebpf.ProgramSpec `ebpf:"host_dio_queued"`
+	HostDirtyFolio   *ebpf.ProgramSpec `ebpf:"host_dirty_folio"`
 	HostJbd2Commit   *ebpf.ProgramSpec `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.ProgramSpec `ebpf:"host_rq_complete"`
-	HostRqInsert     *ebpf.ProgramSpec `ebpf:"host_rq_insert"`
 	HostRqIssue      *ebpf.ProgramSpec `ebpf:"host_rq_issue"`
 	HostXfsLogForce  *ebpf.ProgramSpec `ebpf:"host_xfs_log_force"`
 }
@@ -144,11 +172,13 @@ type HostMapSpecs struct {
 	BioOwner         *ebpf.MapSpec `ebpf:"bio_owner"`
 	BtrfsDevices     *ebpf.MapSpec `ebpf:"btrfs_devices"`
 	DeviceStats      *ebpf.MapSpec `ebpf:"device_stats"`
-	DioOwner         *ebpf.MapSpec `ebpf:"dio_owner"`
 	DiskByInode      *ebpf.MapSpec `ebpf:"disk_by_inode"`
+	EventsDropped    *ebpf.MapSpec `ebpf:"events_dropped"`
+	FlushWindows     *ebpf.MapSpec `ebpf:"flush_windows"`
 	HostDevices      *ebpf.MapSpec `ebpf:"host_devices"`
 	ImageDeviceStats *ebpf.MapSpec `ebpf:"image_device_stats"`
-	Requests         *ebpf.MapSpec `ebpf:"requests"`
+	IoTasks          *ebpf.MapSpec `ebpf:"io_tasks"`
+	RqIssued         *ebpf.MapSpec `ebpf:"rq_issued"`
 }
 
 // HostVariableSpecs contains global variables before they are loaded into the kernel.
@@ -180,11 +210,13 @@ type HostMaps struct {
 	BioOwner         *ebpf.Map `ebpf:"bio_owner"`
 	BtrfsDevices     *ebpf.Map `ebpf:"btrfs_devices"`
 	DeviceStats      *ebpf.Map `ebpf:"device_stats"`
-	DioOwner         *ebpf.Map `ebpf:"dio_owner"`
 	DiskByInode      *ebpf.Map `ebpf:"disk_by_inode"`
+	EventsDropped    *ebpf.Map `ebpf:"events_dropped"`
+	FlushWindows     *ebpf.Map `ebpf:"flush_windows"`
 	HostDevices      *ebpf.Map `ebpf:"host_devices"`
 	ImageDeviceStats *ebpf.Map `ebpf:"image_device_stats"`
-	Requests         *ebpf.Map `ebpf:"requests"`
+	IoTasks          *ebpf.Map `ebpf:"io_tasks"`
+	RqIssued         *ebpf.Map `ebpf:"rq_issued"`
 }
 
 func (m *HostMaps) Close() error {
@@ -192,11 +224,13 @@ func (m *HostMaps) Close() error {
 		m.BioOwner,
 		m.BtrfsDevices,
 		m.DeviceStats,
-		m.DioOwner,
 		m.DiskByInode,
+		m.EventsDropped,
+		m.FlushWindows,
 		m.HostDevices,
 		m.ImageDeviceStats,
-		m.Requests,
+		m.IoTasks,
+		m.RqIssued,
 	)
 }
 
@@ -216,9 +250,9 @@ type HostPrograms struct {
 	HostBtrfsOrdered *ebpf.Program `ebpf:"host_btrfs_ordered"`
 	HostDioBegin     *ebpf.Program `ebpf:"host_dio_begin"`
 	HostDioQueued    *ebpf.Program `ebpf:"host_dio_queued"`
+	HostDirtyFolio   *ebpf.Program `ebpf:"host_dirty_folio"`
 	HostJbd2Commit   *ebpf.Program `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.Program `ebpf:"host_rq_complete"`
-	HostRqInsert     *ebpf.Program `ebpf:"host_rq_insert"`
 	HostRqIssue      *ebpf.Program `ebpf:"host_rq_issue"`
 	HostXfsLogForce  *ebpf.Program `ebpf:"host_xfs_log_force"`
 }
@@ -231,9 +265,9 @@ func (p *HostPrograms) Close() error {
 		p.HostBtrfsOrdered,
 		p.HostDioBegin,
 		p.HostDioQueued,
+		p.HostDirtyFolio,
 		p.HostJbd2Commit,
 		p.HostRqComplete,
-		p.HostRqInsert,
 		p.HostRqIssue,
 		p.HostXfsLogForce,
 	)

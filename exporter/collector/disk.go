@@ -66,6 +66,21 @@ var (
 		"io_uring requests the kernel handed to io-wq worker threads instead of completing inline.")
 	diskVirtualSize = diskDesc("virtual_size_bytes",
 		"Size of the disk as the guest sees it.")
+	// The guest/host cache pair: what the host page cache did for the
+	// VMM's synchronous reads and writes (aio=threads; linux-aio and
+	// io_uring requests are not classified).
+	diskCacheReads = diskDesc("host_cache_reads_total",
+		"Synchronous reads on the image file by what the host page cache did: hit (no device read), miss (the read waited for the device), direct (cache bypassed, cache=none/directsync).", "result")
+	diskCacheReadBytes = diskDesc("host_cache_read_bytes_total",
+		"Bytes of synchronous reads on the image file, by host page cache result.", "result")
+	diskCacheWriteBytes = diskDesc("host_cache_write_bytes_total",
+		"Bytes of synchronous writes on the image file by what the host page cache did: absorbed (landed on pages already dirty, written back once for several writes), dirtied (turned clean pages dirty), direct (cache bypassed).", "result")
+)
+
+// Label values of enum cache_result in bpf/disk.bpf.c, in order, for reads and writes.
+var (
+	cacheReadResults  = []string{"hit", "miss", "direct"}
+	cacheWriteResults = []string{"absorbed", "dirtied", "direct"}
 )
 
 // Histogram bucket upper bounds, matching the slots in bpf/disk.bpf.c.
@@ -223,5 +238,10 @@ func emitCounters(ch chan<- prometheus.Metric, k []string, s *bpf.DiskCounters) 
 		counter(diskSubmissions, s.Submissions[i], name)
 	}
 	counter(diskPunted, s.IoUringPunted)
+	for i := range cacheReadResults {
+		counter(diskCacheReads, s.CacheReads[i], cacheReadResults[i])
+		counter(diskCacheReadBytes, s.CacheReadBytes[i], cacheReadResults[i])
+		counter(diskCacheWriteBytes, s.CacheWriteBytes[i], cacheWriteResults[i])
+	}
 	return nil
 }

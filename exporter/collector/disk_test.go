@@ -47,6 +47,9 @@ func TestDiskExposition(t *testing.T) {
 	c.Sequential = [2]uint64{60, 49}
 	c.Random = [2]uint64{40, 1}
 	c.SyncWrites = [2]uint64{3, 5}
+	c.CacheReads = [4]uint64{7, 2, 0, 0}
+	c.CacheReadBytes = [4]uint64{28672, 8192, 0, 0}
+	c.CacheWriteBytes = [4]uint64{4096, 12288, 0, 0}
 	c.Outstanding[0], c.Outstanding[2] = 140, 18
 	c.OutstandingSum = 212
 	c.Interarrival[5] = 157
@@ -110,7 +113,8 @@ func TestSeekBoundsMatchSlots(t *testing.T) {
 		len(interarrivalBounds)+1 != len(c.Interarrival) {
 		t.Fatal("histogram bounds do not match the BPF slot counts")
 	}
-	if len(opNames) != len(c.Requests) || len(syncModes) != len(c.SyncWrites) || len(ifaceNames) > len(c.Submissions) {
+	if len(opNames) != len(c.Requests) || len(syncModes) != len(c.SyncWrites) || len(ifaceNames) > len(c.Submissions) ||
+		len(cacheReadResults) > len(c.CacheReads) || len(cacheWriteResults) > len(c.CacheWriteBytes) {
 		t.Fatal("label names do not match the BPF counter arrays")
 	}
 	for i := 1; i < len(seekBounds); i++ {

@@ -34,6 +34,17 @@ var (
 		"Btrfs ordered extents written for the image: mode=cow allocates new space, mode=nocow writes in place (NOCOW file or preallocated).", "mode")
 	diskBtrfsExtentBytes = diskDesc("btrfs_extent_bytes_total",
 		"Bytes of Btrfs ordered extents written for the image, by mode.", "mode")
+	// The cost of the disk's flushes on the device: source=call is what
+	// the flushing thread itself queued (the writeback the flush forces,
+	// the file system's log writes done in its context), by kind;
+	// source=journal the journal threads' writes while its flush waited
+	// (jbd2, XFS log workers), charged to the disk whose flush started last.
+	diskFlushWrites = diskDesc("flush_device_writes_total",
+		"Device writes caused by the disk's flushes (fdatasync/fsync on the image): source=call queued by the flushing thread, by kind; source=journal by journal threads while the flush waited.", "source", "kind")
+	diskFlushWriteBytes = diskDesc("flush_device_write_bytes_total",
+		"Bytes of device writes caused by the disk's flushes, by source and kind.", "source", "kind")
+	diskFlushCacheFlushes = diskDesc("flush_device_cache_flushes_total",
+		"Device cache flushes (flush requests or preflush writes) the disk's flushes caused, in the flushing thread or the journal threads.")
 	diskImageExtents = diskDesc("image_extents",
 		"Extents of the image file on the host file system (FIEMAP), refreshed on the image refresh interval.")
 	diskImageAllocated = diskDesc("image_allocated_bytes",
@@ -132,6 +143,13 @@ func (c *HostCollector) updateDisk(ch chan<- prometheus.Metric, d inventory.Disk
 		counter(diskBtrfsExtentBytes, s.CowBytes, "cow")
 		counter(diskBtrfsExtentBytes, s.NocowBytes, "nocow")
 	}
+	for i, kind := range kindNames {
+		counter(diskFlushWrites, s.FlushWrites[i], "call", kind)
+		counter(diskFlushWriteBytes, s.FlushWriteBytes[i], "call", kind)
+	}
+	counter(diskFlushWrites, s.FlushJournalWrites, "journal", "metadata")
+	counter(diskFlushWriteBytes, s.FlushJournalBytes, "journal", "metadata")
+	counter(diskFlushCacheFlushes, s.FlushCacheFlushes)
 	for i, op := range dirNames {
 		counter(diskDeviceRequests, s.Requests[i], op)
 		counter(diskDeviceBytes, s.Bytes[i], op)

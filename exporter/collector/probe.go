@@ -7,7 +7,7 @@ import (
 )
 
 // dropReasons are the label values of enum drop in bpf/disk.bpf.c, in order.
-var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long"}
+var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long", "request_untimed"}
 
 var (
 	probeAttached = prometheus.NewDesc("fspair_probe_attached",

@@ -117,3 +117,103 @@ func TestHostDeviceAttribution(t *testing.T) {
 		t.Errorf("device totals read %d written %d; /sys/block says %d, %d", rd, wr, rd1-rd0, wr1-wr0)
 	}
 }
+
+// TestCacheAndFlushCost: on each host file system, what the host page cache
+// does for synchronous calls (a read that waits for the device is a miss,
+// the same read again a hit, O_DIRECT bypasses it; a write on a page already
+// dirty is absorbed) and what a flush costs on the device (the writeback it
+// forces, and journal or log writes).
+func TestCacheAndFlushCost(t *testing.T) {
+	for _, mkfs := range []string{"mkfs.ext4", "mkfs.xfs", "mkfs.btrfs"} {
+		t.Run(strings.TrimPrefix(mkfs, "mkfs."), func(t *testing.T) {
+			loop, mnt := loopFS(t, mkfs, 512)
+			var st unix.Stat_t
+			if err := unix.Stat(loop, &st); err != nil {
+				t.Fatal(err)
+			}
+			p, err := Load(Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			img := filepath.Join(mnt, "disk.img")
+			f := trackFile(t, p, img, 3)
+			if err := p.TrackDevice(uint32(unix.Major(st.Rdev))<<20|uint32(unix.Minor(st.Rdev)), 1); err != nil {
+				t.Fatal(err)
+			}
+			fd := int(f.Fd())
+
+			// 4 MiB of new blocks, then a flush: allocation makes it a journal transaction.
+			buf := make([]byte, 1<<20)
+			for i := 0; i < 4; i++ {
+				if _, err := unix.Pwrite(fd, buf, int64(i)<<20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unix.Fdatasync(fd); err != nil {
+				t.Fatal(err)
+			}
+			ic, err := p.ImageDeviceCounters(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("flush: call writes %v bytes %v (data, metadata, other); journal %d writes %d bytes; cache flushes %d",
+				ic.FlushWrites[:3], ic.FlushWriteBytes[:3], ic.FlushJournalWrites, ic.FlushJournalBytes, ic.FlushCacheFlushes)
+			if ic.FlushWriteBytes[0] < 4<<20 {
+				t.Errorf("flush wrote %d bytes of image data, want >= 4 MiB (the dirty pages it forced out)", ic.FlushWriteBytes[0])
+			}
+			if ic.FlushWriteBytes[1]+ic.FlushJournalBytes == 0 {
+				t.Errorf("flush of new blocks caused no journal or metadata writes")
+			}
+			if ic.FlushCacheFlushes == 0 {
+				t.Errorf("flush caused no device cache flush")
+			}
+
+			// The first 4 KiB page is clean after the flush: the first write
+			// dirties it, the second lands on the dirty page.
+			page := make([]byte, 4096)
+			for i := 0; i < 2; i++ {
+				if _, err := unix.Pwrite(fd, page, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unix.Fdatasync(fd); err != nil {
+				t.Fatal(err)
+			}
+			// Evict the file's clean pages: the next read must go to the device.
+			if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Fatal(err)
+			}
+			rd := make([]byte, 64<<10)
+			for i := 0; i < 2; i++ { // a miss, then a hit
+				if _, err := unix.Pread(fd, rd, 1<<20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := unix.Open(img, unix.O_RDONLY|unix.O_DIRECT, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(d)
+			mem, _ := unix.Mmap(-1, 0, 64<<10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if _, err := unix.Pread(d, mem, 2<<20); err != nil {
+				t.Fatal(err)
+			}
+			c := counters(t, p)
+			t.Logf("cache: reads %v bytes %v (hit, miss, direct); writes %v (absorbed, dirtied, direct)",
+				c.CacheReads[:3], c.CacheReadBytes[:3], c.CacheWriteBytes[:3])
+			if want := [3]uint64{1, 1, 1}; [3]uint64(c.CacheReads[:3]) != want {
+				t.Errorf("reads by result %v, want %v (hit, miss, direct)", c.CacheReads[:3], want)
+			}
+			if want := [3]uint64{64 << 10, 64 << 10, 64 << 10}; [3]uint64(c.CacheReadBytes[:3]) != want {
+				t.Errorf("read bytes by result %v, want %v", c.CacheReadBytes[:3], want)
+			}
+			// Large folios: the 4 MiB of new writes may dirty fewer, larger folios,
+			// so only the single-page rewrite is exact.
+			if c.CacheWriteBytes[0] < 4096 || c.CacheWriteBytes[1] < 4096 || c.CacheWriteBytes[0]+c.CacheWriteBytes[1] != 4<<20+8192 {
+				t.Errorf("write bytes absorbed %d dirtied %d, want >= 4096 each summing to 4 MiB + 8 KiB",
+					c.CacheWriteBytes[0], c.CacheWriteBytes[1])
+			}
+		})
+	}
+}

@@ -117,7 +117,11 @@ func Load(opts Options) (*Probes, error) {
 		return nil, err
 	}
 	p.objs, p.vars = objs.DiskMaps, objs.DiskVariables
-	hostMaps, err := p.createMaps(hostSpec, map[string]*ebpf.Map{bpf.DiskMapDiskByInode: diskMaps[bpf.DiskMapDiskByInode]}, &p.host)
+	shared := map[string]*ebpf.Map{}
+	for _, name := range []string{bpf.DiskMapDiskByInode, bpf.DiskMapIoTasks, bpf.DiskMapFlushWindows, bpf.DiskMapEventsDropped} {
+		shared[name] = diskMaps[name]
+	}
+	hostMaps, err := p.createMaps(hostSpec, shared, &p.host)
 	if err != nil {
 		p.Close()
 		return nil, err

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What disk.bpf.c and host.bpf.c share about the requests a VMM has in
+ * flight: the operations, the record of a request, and the thread state
+ * both objects read and write through the shared task storage io_tasks.
+ */
+#ifndef FSPAIR_CALL_H
+#define FSPAIR_CALL_H
+
+#include "fspair.h"
+
+/* Operations, the `op` label. */
+enum op {
+	OP_READ,
+	OP_WRITE,
+	OP_FLUSH,
+	OP_DISCARD,
+	OP_WRITE_ZEROES,
+	OP_ALLOCATE,
+	OP_MAX,
+};
+
+/* A request between submission and completion. */
+struct inflight {
+	u64 start_ns;
+	u64 len;
+	u32 slot;
+	u8 op;
+	u8 format; /* qcow2 metadata, counted apart from guest data */
+	u8 pad[2];
+	u32 tgid; /* linux-aio: the submitting process */
+	u32 dev;  /* flushes: the image file system's dev_t, for its flush window */
+};
+
+/* Bits of io_task.cause: what the host did for the thread's synchronous call. */
+#define CAUSE_DIRECT 1      /* the call went through iomap direct I/O */
+#define CAUSE_DEVICE_READ 2 /* the call queued a read on the host device */
+
+/*
+ * The value of io_tasks, one per VMM thread that touched an image: its
+ * synchronous call in progress (call.start_ns != 0) with what the host did
+ * for it so far, and the image the thread is doing direct I/O on. Task
+ * storage is cheaper than a hash keyed by thread id on every pread/pwrite
+ * and every bio, and is freed with the thread.
+ */
+struct io_task {
+	struct inflight call;
+	u32 dirtied;   /* bytes of host page cache the call turned dirty (saturating) */
+	u32 dio_owner; /* disk slot + 1 of the image in direct I/O, 0 = none */
+	u8 cause;
+	u8 pad[7];
+};
+
+/*
+ * The value of flush_windows, keyed by a host file system's dev_t: flushes
+ * in progress on its images. Journal threads (jbd2, the XFS log workers)
+ * write the commit a flush waits for; while a window is open their writes
+ * are charged to the disk whose flush started last.
+ */
+struct flush_window {
+	u64 start_ns; /* of the latest flush */
+	u32 waiters;
+	u32 slot;
+};
+
+/* A window whose flushes have not ended for this long is stale (a thread died in the call). */
+#define FLUSH_WINDOW_MAX_NS (30ULL * 1000 * 1000 * 1000)
+
+/* Why an event was lost, the `reason` label of fspair_probe_events_dropped_total. */
+enum drop {
+	DROP_INFLIGHT_FULL,
+	DROP_BAD_SLOT,
+	DROP_IO_URING_FIXED_FILE,
+	DROP_IOV_TOO_LONG,
+	DROP_REQUEST_UNTIMED, /* a host request completed without its issue time: counted, not timed */
+	DROP_MAX,
+};
+
+/* Events lost, by enum drop; shared by both objects. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, u32);
+	__type(value, u64);
+} events_dropped SEC(".maps");
+
+static __always_inline void drop(u32 reason)
+{
+	u64 *v = bpf_map_lookup_elem(&events_dropped, &reason);
+
+	if (v)
+		*v += 1; /* per-CPU: no atomic needed */
+}
+
+#endif /* FSPAIR_CALL_H */
