@@ -45,6 +45,7 @@ struct inflight {
  */
 struct io_task {
 	struct inflight call;
+	u64 inode;     /* the call's image inode (kernel address) */
 	u32 dirtied;   /* bytes of host page cache the call turned dirty (saturating) */
 	u32 dio_owner; /* disk slot + 1 of the image in direct I/O, 0 = none */
 	u8 cause;

@@ -533,8 +533,8 @@ static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
 	return s.total;
 }
 
-/* Park a submitted synchronous call in the thread's storage until its exit. */
-static __always_inline void call_park(struct inflight *rec)
+/* Park a submitted synchronous call on file f in the thread's storage until its exit. */
+static __always_inline void call_park(struct inflight *rec, struct file *f)
 {
 	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0,
 						 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -544,6 +544,7 @@ static __always_inline void call_park(struct inflight *rec)
 		return;
 	}
 	t->call = *rec;
+	t->inode = (u64)BPF_CORE_READ(f, f_inode);
 	t->dirtied = 0;
 	t->cause = 0;
 }
@@ -607,8 +608,19 @@ static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsyn
 		return 0;
 	if (op == OP_FLUSH && !rec.format)
 		flush_window_open(&rec, f);
-	call_park(&rec);
+	call_park(&rec, f);
 	return 0;
+}
+
+/* A read or write of ret > 0 bytes that bypassed the host page cache. */
+static __always_inline void cache_direct(struct counters *st, u8 op, s64 ret)
+{
+	if (op == OP_READ) {
+		inc(&st->cache_reads[CACHE_DIRECT], 1);
+		inc(&st->cache_read_bytes[CACHE_DIRECT], ret);
+	} else if (op == OP_WRITE) {
+		inc(&st->cache_write_bytes[CACHE_DIRECT], ret);
+	}
 }
 
 /* What the host page cache did for a synchronous read or write that moved ret > 0 bytes. */
@@ -617,19 +629,18 @@ static __always_inline void cache_account(struct io_task *t, s64 ret)
 	u32 slot = t->call.slot;
 	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
 	u64 dirtied;
+	u32 r;
 
 	if (!st || t->call.format)
 		return;
-	if (t->call.op == OP_READ) {
-		u32 r = (t->cause & CAUSE_DIRECT) ? CACHE_DIRECT :
-			(t->cause & CAUSE_DEVICE_READ) ? CACHE_MISS : CACHE_HIT;
-
-		inc(&st->cache_reads[r], 1);
-		inc(&st->cache_read_bytes[r], ret);
+	if (t->cause & CAUSE_DIRECT) {
+		cache_direct(st, t->call.op, ret);
 		return;
 	}
-	if (t->cause & CAUSE_DIRECT) {
-		inc(&st->cache_write_bytes[CACHE_DIRECT], ret);
+	if (t->call.op == OP_READ) {
+		r = (t->cause & CAUSE_DEVICE_READ) ? CACHE_MISS : CACHE_HIT;
+		inc(&st->cache_reads[r], 1);
+		inc(&st->cache_read_bytes[r], ret);
 		return;
 	}
 	/* A partial-page write dirties a whole page: cap at the bytes written. */
@@ -704,7 +715,7 @@ static __always_inline int vec_enter(struct syscall_enter_ctx *ctx, u8 op, u64 r
 	dsync = op == OP_WRITE &&
 		((rwf & (RWF_DSYNC | RWF_SYNC)) || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
 	if (submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
-		call_park(&rec);
+		call_park(&rec, f);
 	return 0;
 }
 
@@ -980,6 +991,14 @@ int iomap_dio_done(u64 *ctx)
 		bpf_map_update_elem(&aio_pending, &key, rec, BPF_ANY);
 	} else {
 		complete(rec, error < 0 ? error : ret);
+		/* linux-aio in iomap direct I/O bypassed the host page cache. */
+		if (error >= 0 && ret > 0 && !rec->format) {
+			u32 slot = rec->slot;
+			struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
+
+			if (st)
+				cache_direct(st, rec->op, ret);
+		}
 	}
 	bpf_map_delete_elem(&inflight_aio, &kio);
 	return 0;

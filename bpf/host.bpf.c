@@ -309,8 +309,6 @@ static __always_inline void call_bio(struct io_task *t, struct bio *bio, u32 opf
 	struct image_device_counters *ic;
 	u32 op = opf & REQ_OP_MASK, slot, kind, owner = 0;
 
-	if (!device_slot(bio->bi_bdev))
-		return;
 	if (t->call.op == OP_READ) {
 		if (op == REQ_OP_READ)
 			t->cause |= CAUSE_DEVICE_READ;
@@ -378,11 +376,12 @@ int host_bio_queue(u64 *ctx)
 
 	if (!t || !t->call.start_ns)
 		journal_bio(bio, opf);
-	if (!t)
+	/* Only bios on followed devices: a VMM thread also reads its own binaries. */
+	if (!t || !(t->call.start_ns || t->dio_owner) || !device_slot(bio->bi_bdev))
 		return 0;
 	if (t->call.start_ns)
 		call_bio(t, bio, opf);
-	if (t->dio_owner && device_slot(bio->bi_bdev)) {
+	if (t->dio_owner) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}
@@ -489,6 +488,9 @@ int host_rq_complete(u64 *ctx)
 	}
 	if (op != REQ_OP_READ && op != REQ_OP_WRITE)
 		return 0;
+	/* An empty write carries a flush through the flush machinery, never issued itself. */
+	if (!rq->__data_len)
+		return 0;
 	dir = op;
 	last = nr_bytes >= rq->__data_len;
 	kind = bounded(classify(rq, &owner, last), KIND_SLOTS - 1);
@@ -539,14 +541,12 @@ int host_dirty_folio(u64 *ctx)
 	struct folio *folio = (void *)ctx[0];
 	struct address_space *mapping = (void *)ctx[1];
 	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
-	u64 inode, flags = 0, bytes = PAGE_SIZE;
-	u32 *slot, nr = 1;
+	u64 flags = 0, bytes;
+	u32 nr = 1;
 
 	if (!t || !t->call.start_ns || t->call.op != OP_WRITE || !mapping)
 		return 0;
-	inode = (u64)mapping->host;
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (!slot || *slot != t->call.slot)
+	if ((u64)mapping->host != t->inode)
 		return 0;
 	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
 	if (flags & (1ULL << bpf_core_enum_value(enum pageflags, PG_head))) {

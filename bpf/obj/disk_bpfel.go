@@ -90,6 +90,7 @@ type DiskInflight struct {
 type DiskIoTask struct {
 	_        structs.HostLayout
 	Call     DiskInflight
+	Inode    uint64
 	Dirtied  uint32
 	DioOwner uint32
 	Cause    uint8

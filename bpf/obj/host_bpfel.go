@@ -71,6 +71,7 @@ type HostIoTask struct {
 		Tgid    uint32
 		Dev     uint32
 	}
+	Inode    uint64
 	Dirtied  uint32
 	DioOwner uint32
 	Cause    uint8

@@ -67,14 +67,14 @@ var (
 	diskVirtualSize = diskDesc("virtual_size_bytes",
 		"Size of the disk as the guest sees it.")
 	// The guest/host cache pair: what the host page cache did for the
-	// VMM's synchronous reads and writes (aio=threads; linux-aio and
-	// io_uring requests are not classified).
+	// VMM's synchronous reads and writes (aio=threads) and for linux-aio
+	// direct I/O (aio=native); io_uring requests are not classified.
 	diskCacheReads = diskDesc("host_cache_reads_total",
-		"Synchronous reads on the image file by what the host page cache did: hit (no device read), miss (the read waited for the device), direct (cache bypassed, cache=none/directsync).", "result")
+		"Reads on the image file (aio=threads and aio=native) by what the host page cache did: hit (no device read), miss (the read waited for the device), direct (cache bypassed, cache=none/directsync).", "result")
 	diskCacheReadBytes = diskDesc("host_cache_read_bytes_total",
-		"Bytes of synchronous reads on the image file, by host page cache result.", "result")
+		"Bytes of reads on the image file (aio=threads and aio=native), by host page cache result.", "result")
 	diskCacheWriteBytes = diskDesc("host_cache_write_bytes_total",
-		"Bytes of synchronous writes on the image file by what the host page cache did: absorbed (landed on pages already dirty, written back once for several writes), dirtied (turned clean pages dirty), direct (cache bypassed).", "result")
+		"Bytes of writes on the image file (aio=threads and aio=native) by what the host page cache did: absorbed (landed on pages already dirty, written back once for several writes), dirtied (turned clean pages dirty), direct (cache bypassed).", "result")
 )
 
 // Label values of enum cache_result in bpf/disk.bpf.c, in order, for reads and writes.

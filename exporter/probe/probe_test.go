@@ -22,6 +22,9 @@ const (
 	opWriteZeroes
 )
 
+// enum cache_result in bpf/disk.bpf.c.
+const cacheDirect = 2
+
 // tracked loads the probes and tracks one fresh file as slot 3, followed
 // for this process only.
 func tracked(t *testing.T) (*Probes, *os.File) {
@@ -336,6 +339,11 @@ func TestLinuxAIO(t *testing.T) {
 	}
 	if got := sum(c.Latency[opRead][:]); got != 24 {
 		t.Errorf("read latency histogram holds %d, want 24", got)
+	}
+	// Only the direct ones are classified: direct I/O bypassed the host page cache.
+	if c.CacheReads[cacheDirect] != 16 || c.CacheWriteBytes[cacheDirect] != 16*4096 {
+		t.Errorf("linux-aio direct I/O: %d direct reads, %d direct write bytes; want 16, %d",
+			c.CacheReads[cacheDirect], c.CacheWriteBytes[cacheDirect], 16*4096)
 	}
 	var s bpf.DiskSeekState
 	if err := p.objs.DiskSeek.Lookup(uint32(3), &s); err != nil {

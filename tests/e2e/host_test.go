@@ -59,7 +59,8 @@ func TestHostSide(t *testing.T) {
 			// Let boot-time I/O settle, then measure the workload alone.
 			vm.RunOK(ctx, "sync")
 			exec1(t, "sync")
-			bio := startBiolatency(t, h.Loop)
+			bio := startRefTool(t, "biolatency", h.Loop)
+			bsz := startRefTool(t, "bitesize", h.Loop)
 			s0 := ex.scrape(t)
 			rd0, wr0 := sysBlockBytes(t, h.Loop)
 			// fsync-heavy: 4 KiB writes each followed by a flush, then 16 MiB streamed.
@@ -73,7 +74,8 @@ func TestHostSide(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			rd1, wr1 := sysBlockBytes(t, h.Loop)
 			s1 := ex.scrape(t)
-			bioCount := bio.stop(t)
+			bioCount := total(bio.stop(t))
+			sizes := bsz.stop(t)
 
 			d := map[string]string{"host_device": h.Loop}
 			sum := func(s scrape, op string) (total float64, byKind map[string]float64) {
@@ -109,14 +111,51 @@ func TestHostSide(t *testing.T) {
 			}
 			flushes := s1.value(t, "fspair_host_device_flushes_total", d) - s0.value(t, "fspair_host_device_flushes_total", d)
 			reqs += flushes
-			t.Logf("%s: %.0f device requests (%.0f flushes); libbpf-tools biolatency counted %.0f", hostFS, reqs, flushes, bioCount)
+			t.Logf("%s: %.0f device requests (%.0f flushes); libbpf-tools biolatency counted %.0f, bitesize %.0f", hostFS, reqs, flushes, bioCount, total(sizes))
 			if !within(reqs, bioCount, 0.02) {
 				t.Errorf("device requests %.0f vs biolatency %.0f: more than 2%% apart", reqs, bioCount)
+			}
+			if !within(reqs, total(sizes), 0.02) {
+				t.Errorf("device requests %.0f vs bitesize %.0f: more than 2%% apart", reqs, total(sizes))
+			}
+			// bitesize's KiB buckets bound the bytes its requests moved.
+			var lo, hi float64
+			for _, b := range sizes {
+				if b.lo > 0 {
+					lo += b.count * b.lo * 1024
+				}
+				hi += b.count * (b.hi + 1) * 1024
+			}
+			t.Logf("%s: device bytes %.0f; bitesize buckets bound them to [%.0f, %.0f]", hostFS, devW+devR, lo, hi)
+			if devW+devR < 0.98*lo || devW+devR > 1.02*hi {
+				t.Errorf("device bytes %.0f outside bitesize's bounds [%.0f, %.0f]", devW+devR, lo, hi)
 			}
 			commits := s1.value(t, "fspair_host_device_commits_total", d) - s0.value(t, "fspair_host_device_commits_total", d)
 			t.Logf("%s: %.0f journal commits / log forces / transaction commits", hostFS, commits)
 			if commits <= 0 {
 				t.Errorf("fsync-heavy workload: no journal commits counted on %s", hostFS)
+			}
+			// Flush cost: what the guest's flushes made the host write.
+			m := map[string]string{"source_file": img}
+			dm := func(name string, l map[string]string) float64 {
+				return s1.value(t, name, merge(m, l)) - s0.value(t, name, merge(m, l))
+			}
+			flushN := dm("fspair_disk_requests_total", map[string]string{"op": "flush"})
+			var flushData, flushMeta float64
+			for _, src := range []struct{ source, kind string }{{"call", "data"}, {"call", "metadata"}, {"call", "other"}, {"journal", "metadata"}} {
+				v := dm("fspair_disk_flush_device_write_bytes_total", map[string]string{"source": src.source, "kind": src.kind})
+				if src.kind == "data" {
+					flushData += v
+				} else {
+					flushMeta += v
+				}
+			}
+			cacheFlushes := dm("fspair_disk_flush_device_cache_flushes_total", nil)
+			t.Logf("%s: %.0f guest flushes caused %.0f B of image data, %.0f B of journal/metadata and %.0f cache flushes on the device (%.0f B per flush)",
+				hostFS, flushN, flushData, flushMeta, cacheFlushes, (flushData+flushMeta)/flushN)
+			if flushN < 400 || flushData <= 0 || flushMeta <= 0 || cacheFlushes <= 0 {
+				t.Errorf("fsync-heavy workload on %s: flush cost not seen (flushes %.0f, data %.0f B, journal/metadata %.0f B, cache flushes %.0f)",
+					hostFS, flushN, flushData, flushMeta, cacheFlushes)
 			}
 			f := map[string]string{"source_file": img, "op": "write"}
 			guest := s1.value(t, "fspair_disk_bytes_total", f) - s0.value(t, "fspair_disk_bytes_total", f)
@@ -137,37 +176,43 @@ func TestHostSide(t *testing.T) {
 	}
 }
 
-// biolatency is libbpf-tools' biolatency tracing one device, run beside
-// the exporter as a reference.
-type biolatency struct {
-	cmd *exec.Cmd
-	out *logBuffer
+// refTool is one of libbpf-tools' block tools (biolatency, bitesize)
+// tracing one device, run beside the exporter as a reference.
+type refTool struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logBuffer
 }
 
-func startBiolatency(t *testing.T, dev string) *biolatency {
+func startRefTool(t *testing.T, name, dev string) *refTool {
 	t.Helper()
-	// stdbuf: biolatency's stdout is a pipe here, line-buffer its banner.
-	b := &biolatency{cmd: exec.Command("stdbuf", "-oL", "biolatency", "-d", filepath.Base(dev)), out: &logBuffer{}}
+	// stdbuf: the tool's stdout is a pipe here, line-buffer its banner.
+	b := &refTool{name: name, cmd: exec.Command("stdbuf", "-oL", name, "-d", filepath.Base(dev)), out: &logBuffer{}}
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	if err := b.cmd.Start(); err != nil {
-		t.Fatalf("start biolatency (libbpf-tools): %v", err)
+		t.Fatalf("start %s (libbpf-tools): %v", name, err)
 	}
 	// It prints its banner once attached.
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.out.String(), "Tracing") {
 		if time.Now().After(deadline) {
-			t.Fatalf("biolatency did not start: %s", b.out.String())
+			t.Fatalf("%s did not start: %s", name, b.out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return b
 }
 
-// stop ends biolatency and sums the counts of its histogram.
-func (b *biolatency) stop(t *testing.T) float64 {
+// bucket is one line of a libbpf-tools log2 histogram: lo -> hi : count.
+type bucket struct{ lo, hi, count float64 }
+
+// stop ends the tool and returns the buckets it printed (summed over the
+// per-process histograms bitesize prints).
+func (b *refTool) stop(t *testing.T) []bucket {
 	t.Helper()
 	b.cmd.Process.Signal(os.Interrupt)
 	b.cmd.Wait()
+	var out []bucket
 	var n float64
 	for _, line := range strings.Split(b.out.String(), "\n") {
 		// "     64 -> 127        : 12       |****     |"
@@ -175,12 +220,29 @@ func (b *biolatency) stop(t *testing.T) float64 {
 		if len(f) < 2 || !strings.Contains(f[0], "->") {
 			continue
 		}
-		if v, err := strconv.ParseFloat(strings.Fields(f[1])[0], 64); err == nil {
-			n += v
+		r := strings.Fields(strings.Replace(f[0], "->", " ", 1))
+		c := strings.Fields(f[1])
+		if len(r) != 2 || len(c) == 0 {
+			continue
 		}
+		lo, err1 := strconv.ParseFloat(r[0], 64)
+		hi, err2 := strconv.ParseFloat(r[1], 64)
+		v, err3 := strconv.ParseFloat(c[0], 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		out = append(out, bucket{lo, hi, v})
+		n += v
 	}
 	if n == 0 {
-		t.Fatalf("biolatency printed no histogram:\n%s", b.out.String())
+		t.Fatalf("%s printed no histogram:\n%s", b.name, b.out.String())
+	}
+	return out
+}
+
+func total(bs []bucket) (n float64) {
+	for _, b := range bs {
+		n += b.count
 	}
 	return n
 }
@@ -208,7 +270,8 @@ func exec1(t *testing.T, name string, args ...string) {
 // TestBtrfsNocowAndCache: on a Btrfs host, a NOCOW (chattr +C, preallocated)
 // image writes in place and amplifies less than a default copy-on-write one
 // for the same workload; a cache=none disk's reads all reach the device
-// while a writeback disk's repeated reads are served by the host page cache.
+// and its writes bypass the host page cache, while a writeback disk's
+// repeated reads are served by the host page cache and its rewrites absorbed.
 func TestBtrfsNocowAndCache(t *testing.T) {
 	l := lab.ForTest(t)
 	ex := startExporter(t, "--image.refresh-interval=1s")
@@ -285,10 +348,25 @@ func TestBtrfsNocowAndCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := vm.Fio(ctx, lab.FioJob{Args: fioArgs("/dev/"+dev, "write", "64k", "8m", "--offset=64m")}); err != nil {
-			t.Fatal(err)
+		w0 := ex.scrape(t)
+		// The same 8 MiB twice, with no flush between: the second pass lands on dirty pages.
+		for pass := 0; pass < 2; pass++ {
+			if _, err := vm.Fio(ctx, lab.FioJob{Args: fioArgs("/dev/"+dev, "write", "64k", "8m", "--offset=64m")}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s0 := ex.scrape(t)
+		cw := func(result string) float64 {
+			l := map[string]string{"source_file": img.file, "result": result}
+			return s0.value(t, "fspair_disk_host_cache_write_bytes_total", l) - w0.value(t, "fspair_disk_host_cache_write_bytes_total", l)
+		}
+		t.Logf("%s: writes absorbed %.0f B, dirtied %.0f B, direct %.0f B", img.id, cw("absorbed"), cw("dirtied"), cw("direct"))
+		if img.id == "direct" && (cw("absorbed") != 0 || cw("dirtied") != 0) {
+			t.Errorf("cache=none: host page cache absorbed %.0f B and dirtied %.0f B; want none", cw("absorbed"), cw("dirtied"))
+		}
+		if img.id == "cow" && cw("absorbed") < 4<<20 {
+			t.Errorf("cache=writeback: %.0f B absorbed by the host page cache, want >= 4 MiB of the 8 MiB rewrite", cw("absorbed"))
+		}
 		for i := 0; i < 3; i++ {
 			if _, err := vm.Fio(ctx, lab.FioJob{Args: fioArgs("/dev/"+dev, "read", "64k", "8m", "--offset=64m")}); err != nil {
 				t.Fatal(err)
@@ -298,7 +376,18 @@ func TestBtrfsNocowAndCache(t *testing.T) {
 		f := map[string]string{"source_file": img.file, "op": "read"}
 		guest := s1.value(t, "fspair_disk_bytes_total", f) - s0.value(t, "fspair_disk_bytes_total", f)
 		device := s1.value(t, "fspair_disk_device_bytes_total", f) - s0.value(t, "fspair_disk_device_bytes_total", f)
-		t.Logf("%s: guest read %.0f B, device read %.0f B for the image", img.id, guest, device)
+		cr := func(result string) float64 {
+			l := map[string]string{"source_file": img.file, "result": result}
+			return s1.value(t, "fspair_disk_host_cache_read_bytes_total", l) - s0.value(t, "fspair_disk_host_cache_read_bytes_total", l)
+		}
+		t.Logf("%s: guest read %.0f B, device read %.0f B for the image; host cache hit %.0f B, miss %.0f B, direct %.0f B",
+			img.id, guest, device, cr("hit"), cr("miss"), cr("direct"))
+		if img.id == "direct" && (cr("hit") != 0 || !within(cr("direct"), guest, 0.02)) {
+			t.Errorf("cache=none: host cache hits %.0f B, direct %.0f B of %.0f B read; want no hits, all direct", cr("hit"), cr("direct"), guest)
+		}
+		if img.id == "cow" && cr("hit") < 0.5*guest {
+			t.Errorf("cache=writeback: host cache hits %.0f B of %.0f B read; want most", cr("hit"), guest)
+		}
 		if img.id == "direct" && !within(device, guest, 0.02) {
 			t.Errorf("cache=none: device reads %.0f B, guest reads %.0f B; want equal (no host cache)", device, guest)
 		}
