@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # make bench: the exporter's cost, measured side by side in one run.
-#  1. fio 4k random reads and writes on a host file (psync, one thread): no
-#     tracer, fspair_exporter with all probes following the file, BCC's
-#     libbpf-tools (biolatency+biopattern+bitesize) instead. Writes land in
-#     the page cache (the highest rate a file sustains here); reads go to
-#     the device whenever the host does not keep the file cached. Runs
-#     alternate and repeat; the median is reported.
-#  2. ns per event of every BPF program, from bpf_stats, during (1).
+#  1. fio 4k random I/O on a host file (psync, one thread): no tracer,
+#     fspair_exporter with all probes following the file, BCC's libbpf-tools
+#     (biolatency+biopattern+bitesize) instead. randread-direct goes to the
+#     device (O_DIRECT: the block-layer probes' case); randread and randwrite
+#     are served by the page cache (the highest rate a file sustains here).
+#     Runs alternate and repeat; the median is reported.
+#  2. ns per event of every BPF program, from bpf_stats, over one direct
+#     random-read run and one random-write run that syncs every 16 writes:
+#     fspair's programs, then libbpf-tools' programs on the same runs, then
+#     the floor on this machine (an empty tp_btf program, one that counts,
+#     one that reads the clock: bench/floor).
 #  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
 set -euo pipefail
@@ -34,10 +38,20 @@ start_exporter() { # config file
 }
 stop_exporter() { kill "$exporter"; wait "$exporter" 2>/dev/null || true; }
 
-fio_iops() { # rw
-	fio --name=bench --filename="$work/host.img" --rw="$1" --bs=4k --size=512m --ioengine=psync \
+fio_iops() { # workload: randread-direct, randread, randwrite
+	local rw=${1%-direct} direct=0
+	[ "$1" != "$rw" ] && direct=1
+	fio --name=bench --filename="$work/host.img" --rw="$rw" --direct=$direct --bs=4k --size=512m --ioengine=psync \
 		--time_based --runtime="$RUNTIME" --randrepeat=0 --norandommap --output-format=json 2>/dev/null |
 		jq -r "[.jobs[0].read.iops, .jobs[0].write.iops] | add"
+}
+
+# The runs bpf_stats averages over: device reads, then writes written back every 16.
+stats_runs() {
+	fio --name=stats --filename="$work/host.img" --rw=randread --direct=1 --bs=4k --size=512m --ioengine=psync \
+		--time_based --runtime="$RUNTIME" --output=/dev/null
+	fio --name=stats --filename="$work/host.img" --rw=randwrite --fdatasync=16 --bs=4k --size=512m --ioengine=psync \
+		--time_based --runtime="$RUNTIME" --output=/dev/null
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -58,7 +72,7 @@ disks:
     target_device: vda
     source_file: $work/host.img
 YML
-for rw in randread randwrite; do
+for rw in randread-direct randread randwrite; do
 	declare -a base=() fsp=() bcc=()
 	for i in $(seq "$REPS"); do
 		log "$rw run $i/$REPS: no tracer"
@@ -80,21 +94,49 @@ for rw in randread randwrite; do
 	f=$(printf '%s\n' "${fsp[@]}" | median)
 	c=$(printf '%s\n' "${bcc[@]}" | median)
 	awk -v rw="$rw" -v b="$b" -v f="$f" -v c="$c" 'BEGIN {
-		printf "iops %-9s none %.0f  fspair %.0f (%+.2f%%)  libbpf-tools %.0f (%+.2f%%)\n", rw, b, f, 100*(f-b)/b, c, 100*(c-b)/b }' | tee -a "$out"
+		printf "iops %-15s none %.0f  fspair %.0f (%+.2f%%)  libbpf-tools %.0f (%+.2f%%)\n", rw, b, f, 100*(f-b)/b, c, 100*(c-b)/b }' | tee -a "$out"
 	echo "iops $rw runs: none ${base[*]} | fspair ${fsp[*]} | libbpf-tools ${bcc[*]}" >> "$out"
 done
 
-log "per-program cost (bpf_stats) over one randread + randwrite run"
+log "per-program cost (bpf_stats): fspair_exporter"
 start_exporter "$work/one.yml"
-fio_iops randread >/dev/null
-fio_iops randwrite >/dev/null
+stats_runs
 curl -sf "http://127.0.0.1:$PORT/metrics" > "$work/m.txt"
 stop_exporter
 awk '
 	/^fspair_probe_runs_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); runs[p] = $NF }
 	/^fspair_probe_run_seconds_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); secs[p] = $NF }
-	END { for (p in runs) if (runs[p] > 0) printf "ns/event %-18s %8.0f runs  %6.1f ns\n", p, runs[p], 1e9*secs[p]/runs[p] }
-' "$work/m.txt" | sort -k2 | tee -a "$out"
+	END { for (p in runs) if (runs[p] > 1000) printf "ns/event fspair       %-26s %9.0f runs  %6.1f ns\n", p, runs[p], 1e9*secs[p]/runs[p] }
+' "$work/m.txt" | sort -k3 | tee -a "$out"
+
+log "per-program cost (bpf_stats): libbpf-tools biolatency+biopattern+bitesize"
+stats_was=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+prog_ids() { bpftool prog show -j | jq -r '.[].id' | sort; }
+declare -A tool_of=()
+tools=()
+for tool in biolatency biopattern bitesize; do
+	before=$(prog_ids)
+	"$tool" 3600 1 >/dev/null 2>&1 &
+	tools+=("$!"); pids+=("$!")
+	sleep 2
+	for id in $(comm -13 <(echo "$before") <(prog_ids)); do tool_of[$id]=$tool; done
+done
+stats_runs
+for id in "${!tool_of[@]}"; do
+	bpftool prog show id "$id" -j | jq -r --arg t "${tool_of[$id]}" \
+		'select(.run_cnt != null and .run_cnt > 1000) | "\($t)/\(.name) \(.run_cnt) \(.run_time_ns / .run_cnt)"' |
+		awk '{printf "ns/event libbpf-tools %-26s %9d runs  %6.1f ns\n", $1, $2, $3}'
+done | sort -k3 | tee -a "$out"
+kill "${tools[@]}" 2>/dev/null; wait "${tools[@]}" 2>/dev/null || true
+sysctl -qw kernel.bpf_stats_enabled="$stats_was"
+
+log "cost floor of a block-layer program on this machine"
+clang -O2 -g -target bpf -mcpu=v3 -c bench/floor/bpf/floor.bpf.c -o "$work/floor.o"
+go build -o "$work/floor" ./bench/floor
+"$work/floor" "$work/floor.o" fio --name=floor --filename="$work/host.img" --rw=randread --direct=1 --bs=4k \
+	--size=512m --ioengine=psync --time_based --runtime="$RUNTIME" --output=/dev/null |
+	awk '{printf "ns/event floor        %-26s %9d runs  %6.1f ns\n", $1, $2, $4}' | tee -a "$out"
 
 # 3: scrape time and RSS by tracked disks.
 for n in 10 100 1000; do
