@@ -269,6 +269,12 @@ struct {
 
 /* The exporter's own tgid: only its registration calls are looked at. */
 volatile const u32 self_tgid = 0;
+/*
+ * linux-aio requests in inflight_aio: while none are, direct I/O
+ * completions skip the lookup. An entry the LRU evicts leaves the count
+ * high, which only costs that lookup.
+ */
+u64 aio_in_direct_io = 0;
 /* Set by user space when a tracked disk has no known VMM process (static config without pid). */
 u32 track_all_tasks = 0;
 
@@ -951,25 +957,70 @@ static __always_inline u64 aio_user_iocb(struct kiocb *iocb)
 	return BPF_CORE_READ(req, ki_res.obj);
 }
 
+/*
+ * Direct I/O on an image begins. The thread is marked with the image it
+ * works on (host.bpf.c tags its bios with it: direct I/O pages are the
+ * VMM's memory and name no inode) and its synchronous call, if any, is
+ * known to bypass the host page cache. A linux-aio request parked at
+ * io_submit moves to inflight_aio, where its completion will find it.
+ */
 SEC("tp_btf/iomap_dio_rw_begin")
 int iomap_dio_begin(u64 *ctx)
 {
 	struct kiocb *iocb = (void *)ctx[0];
-	u64 id = bpf_get_current_pid_tgid();
-	struct aio_key key = { .tgid = id >> 32 };
+	struct task_struct *task = bpf_get_current_task_btf();
+	u64 inode = (u64)iocb->ki_filp->f_inode, id, kio = (u64)iocb;
+	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	struct aio_key key = {};
 	struct inflight *rec;
-	u64 kio = (u64)iocb;
+	struct io_task *t;
 
+	if (!slot) {
+		/* Clear a mark left from an image, keep untouched tasks free of storage. */
+		t = bpf_task_storage_get(&io_tasks, task, 0, 0);
+		if (t)
+			t->dio_owner = 0;
+		return 0;
+	}
+	t = bpf_task_storage_get(&io_tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t) {
+		t->dio_owner = *slot + 1;
+		if (t->call.start_ns && t->call.slot == *slot)
+			t->cause |= CAUSE_DIRECT;
+	}
+
+	id = bpf_get_current_pid_tgid();
 	if (!bpf_map_lookup_elem(&aio_calls, &id))
 		return 0;
+	key.tgid = id >> 32;
 	key.iocb = aio_user_iocb(iocb);
 	rec = bpf_map_lookup_elem(&aio_pending, &key);
 	if (!rec)
 		return 0;
-	if (bpf_map_update_elem(&inflight_aio, &kio, rec, BPF_ANY))
+	if (bpf_map_update_elem(&inflight_aio, &kio, rec, BPF_ANY)) {
 		drop(DROP_INFLIGHT_FULL);
-	else
-		bpf_map_delete_elem(&aio_pending, &key);
+		return 0;
+	}
+	bpf_map_delete_elem(&aio_pending, &key);
+	inc(&aio_in_direct_io, 1);
+	return 0;
+}
+
+/*
+ * The submitter returns from an asynchronous direct I/O: its bios are out.
+ * A synchronous one keeps the mark until the thread's next iomap direct I/O
+ * (clearing at iomap_dio_complete would race with completions in interrupt
+ * context on top of another submitter); host.bpf.c tags only bios on
+ * followed devices, so a stale mark can only touch a host FS device's
+ * direct I/O that bypasses iomap.
+ */
+SEC("tp_btf/iomap_dio_rw_queued")
+int iomap_dio_queued(u64 *ctx)
+{
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+
+	if (t)
+		t->dio_owner = 0;
 	return 0;
 }
 
@@ -979,9 +1030,13 @@ int iomap_dio_done(u64 *ctx)
 	u64 kio = ctx[0];
 	s64 error = (s32)ctx[1];
 	s64 ret = (s64)ctx[2];
-	struct inflight *rec = bpf_map_lookup_elem(&inflight_aio, &kio);
+	struct inflight *rec;
 	struct aio_key key = {};
 
+	/* Every direct I/O completes here; only linux-aio requests are looked up. */
+	if (!aio_in_direct_io)
+		return 0;
+	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec)
 		return 0;
 	if (error == -ENOTBLK) {
@@ -1000,7 +1055,8 @@ int iomap_dio_done(u64 *ctx)
 				cache_direct(st, rec->op, ret);
 		}
 	}
-	bpf_map_delete_elem(&inflight_aio, &kio);
+	if (bpf_map_delete_elem(&inflight_aio, &kio) == 0 && aio_in_direct_io)
+		inc(&aio_in_direct_io, -1);
 	return 0;
 }
 

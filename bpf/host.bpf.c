@@ -12,8 +12,8 @@
  * Attribution: a buffered page names its inode (page->mapping->host), so
  * writeback from kworkers is charged to the right image. Direct I/O pages
  * belong to the VMM's memory, so the submitting task is marked at
- * iomap_dio_rw_begin with the image it works on and its bios are tagged at
- * block_bio_queue. Service time is issue to completion (the device), queue
+ * iomap_dio_rw_begin (disk.bpf.c) with the image it works on and its bios
+ * are tagged at block_bio_queue. Service time is issue to completion (the device), queue
  * time allocation to issue (the host's plugging and I/O scheduler).
  * Synchronous calls: a bio queued by a VMM thread inside a call on an image
  * is the call's doing (a page cache miss for a read, the device work of a
@@ -254,49 +254,6 @@ static __always_inline u32 bio_kind(struct bio *bio, u32 opf, u32 *owner)
 	if (opf & REQ_FLAG(__REQ_META))
 		return KIND_METADATA;
 	return page_kind(bio->bi_io_vec->bv_page, owner);
-}
-
-SEC("tp_btf/iomap_dio_rw_begin")
-int host_dio_begin(u64 *ctx)
-{
-	struct kiocb *iocb = (void *)ctx[0];
-	struct task_struct *task = bpf_get_current_task_btf();
-	u64 inode = (u64)iocb->ki_filp->f_inode;
-	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	struct io_task *t;
-
-	if (!slot) {
-		/* Clear a mark left from an image, keep untouched tasks free of storage. */
-		t = bpf_task_storage_get(&io_tasks, task, 0, 0);
-		if (t)
-			t->dio_owner = 0;
-		return 0;
-	}
-	t = bpf_task_storage_get(&io_tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!t)
-		return 0;
-	t->dio_owner = *slot + 1;
-	if (t->call.start_ns && t->call.slot == *slot)
-		t->cause |= CAUSE_DIRECT;
-	return 0;
-}
-
-/*
- * The submitter returns from an asynchronous direct I/O: its bios are out.
- * A synchronous one keeps the mark until the task's next iomap direct I/O
- * (clearing at iomap_dio_complete would race with completions in interrupt
- * context on top of another submitter); only bios on followed devices are
- * tagged, so a stale mark can only touch a host FS device's direct I/O that
- * bypasses iomap.
- */
-SEC("tp_btf/iomap_dio_rw_queued")
-int host_dio_queued(u64 *ctx)
-{
-	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
-
-	if (t)
-		t->dio_owner = 0;
-	return 0;
 }
 
 /*

@@ -145,6 +145,7 @@ const (
 	DiskProgIoUringSubmit  = "io_uring_submit"
 	DiskProgIomapDioBegin  = "iomap_dio_begin"
 	DiskProgIomapDioDone   = "iomap_dio_done"
+	DiskProgIomapDioQueued = "iomap_dio_queued"
 	DiskProgPread64Enter   = "pread64_enter"
 	DiskProgPread64Exit    = "pread64_exit"
 	DiskProgPreadv2Enter   = "preadv2_enter"
@@ -158,6 +159,7 @@ const (
 	DiskProgPwritevEnter   = "pwritev_enter"
 	DiskProgPwritevExit    = "pwritev_exit"
 	DiskProgRegisterImage  = "register_image"
+	DiskVarAioInDirectIo   = "aio_in_direct_io"
 	DiskVarSelfTgid        = "self_tgid"
 	DiskVarTrackAllTasks   = "track_all_tasks"
 )
@@ -217,6 +219,7 @@ type DiskProgramSpecs struct {
 	IoUringSubmit  *ebpf.ProgramSpec `ebpf:"io_uring_submit"`
 	IomapDioBegin  *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
 	IomapDioDone   *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
+	IomapDioQueued *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
 	Pread64Enter   *ebpf.ProgramSpec `ebpf:"pread64_enter"`
 	Pread64Exit    *ebpf.ProgramSpec `ebpf:"pread64_exit"`
 	Preadv2Enter   *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
@@ -256,6 +259,7 @@ type DiskMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskVariableSpecs struct {
+	AioInDirectIo *ebpf.VariableSpec `ebpf:"aio_in_direct_io"`
 	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TrackAllTasks *ebpf.VariableSpec `ebpf:"track_all_tasks"`
 }
@@ -319,6 +323,7 @@ func (m *DiskMaps) Close() error {
 //
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskVariables struct {
+	AioInDirectIo *ebpf.Variable `ebpf:"aio_in_direct_io"`
 	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
 	TrackAllTasks *ebpf.Variable `ebpf:"track_all_tasks"`
 }
@@ -340,6 +345,7 @@ type DiskPrograms struct {
 	IoUringSubmit  *ebpf.Program `ebpf:"io_uring_submit"`
 	IomapDioBegin  *ebpf.Program `ebpf:"iomap_dio_begin"`
 	IomapDioDone   *ebpf.Program `ebpf:"iomap_dio_done"`
+	IomapDioQueued *ebpf.Program `ebpf:"iomap_dio_queued"`
 	Pread64Enter   *ebpf.Program `ebpf:"pread64_enter"`
 	Pread64Exit    *ebpf.Program `ebpf:"pread64_exit"`
 	Preadv2Enter   *ebpf.Program `ebpf:"preadv2_enter"`
@@ -370,6 +376,7 @@ func (p *DiskPrograms) Close() error {
 		p.IoUringSubmit,
 		p.IomapDioBegin,
 		p.IomapDioDone,
+		p.IomapDioQueued,
 		p.Pread64Enter,
 		p.Pread64Exit,
 		p.Preadv2Enter,

@@ -102,8 +102,6 @@ const (
 	HostProgHostBioSplit     = "host_bio_split"
 	HostProgHostBtrfsCommit  = "host_btrfs_commit"
 	HostProgHostBtrfsOrdered = "host_btrfs_ordered"
-	HostProgHostDioBegin     = "host_dio_begin"
-	HostProgHostDioQueued    = "host_dio_queued"
 	HostProgHostDirtyFolio   = "host_dirty_folio"
 	HostProgHostJbd2Commit   = "host_jbd2_commit"
 	HostProgHostRqComplete   = "host_rq_complete"
@@ -157,8 +155,6 @@ type HostProgramSpecs struct {
 	HostBioSplit     *ebpf.ProgramSpec `ebpf:"host_bio_split"`
 	HostBtrfsCommit  *ebpf.ProgramSpec `ebpf:"host_btrfs_commit"`
 	HostBtrfsOrdered *ebpf.ProgramSpec `ebpf:"host_btrfs_ordered"`
-	HostDioBegin     *ebpf.ProgramSpec `ebpf:"host_dio_begin"`
-	HostDioQueued    *ebpf.ProgramSpec `ebpf:"host_dio_queued"`
 	HostDirtyFolio   *ebpf.ProgramSpec `ebpf:"host_dirty_folio"`
 	HostJbd2Commit   *ebpf.ProgramSpec `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.ProgramSpec `ebpf:"host_rq_complete"`
@@ -249,8 +245,6 @@ type HostPrograms struct {
 	HostBioSplit     *ebpf.Program `ebpf:"host_bio_split"`
 	HostBtrfsCommit  *ebpf.Program `ebpf:"host_btrfs_commit"`
 	HostBtrfsOrdered *ebpf.Program `ebpf:"host_btrfs_ordered"`
-	HostDioBegin     *ebpf.Program `ebpf:"host_dio_begin"`
-	HostDioQueued    *ebpf.Program `ebpf:"host_dio_queued"`
 	HostDirtyFolio   *ebpf.Program `ebpf:"host_dirty_folio"`
 	HostJbd2Commit   *ebpf.Program `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.Program `ebpf:"host_rq_complete"`
@@ -264,8 +258,6 @@ func (p *HostPrograms) Close() error {
 		p.HostBioSplit,
 		p.HostBtrfsCommit,
 		p.HostBtrfsOrdered,
-		p.HostDioBegin,
-		p.HostDioQueued,
 		p.HostDirtyFolio,
 		p.HostJbd2Commit,
 		p.HostRqComplete,
