@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 pkgs=(
 	clang llvm libbpf-dev bpftool        # make generate (BPF C -> bpf2go)
 	prometheus                           # promtool (lint), the demo's Prometheus
+	prometheus-alertmanager              # the alert path tests and the demo stack
 	qemu-system-x86 qemu-utils           # the VM lab
 	fio xfsprogs btrfs-progs e2fsprogs util-linux fdisk
 	busybox-static cpio kmod             # the lab's guest initramfs
