@@ -76,7 +76,7 @@ enum kind {
 struct device_counters {
 	u64 requests[KIND_MAX][2]; /* by kind, read/write */
 	u64 bytes[KIND_MAX][2];
-	u64 commits;	/* jbd2 commits, XFS log forces, Btrfs transaction commits */
+	u64 commits;	/* jbd2 commits, XFS log writes, Btrfs transaction commits */
 	u64 flushes;
 	u64 discards;
 	u64 discard_bytes;
@@ -531,7 +531,7 @@ static __always_inline void count_commit(u32 *slot)
 		inc(&dc->commits, 1);
 }
 
-/* The tracepoint records of jbd2_end_commit and xfs_log_force start with the device (dev_t). */
+/* The tracepoint records of jbd2_end_commit and xlog_iclog_sync start with the device (dev_t). */
 struct dev_event {
 	u64 common;
 	u32 dev;
@@ -547,9 +547,13 @@ int host_jbd2_commit(struct dev_event *ev)
 	return 0;
 }
 
-/* XFS forces its log to disk (fsync, log space, periodic). */
-SEC("tracepoint/xfs/xfs_log_force")
-int host_xfs_log_force(struct dev_event *ev)
+/*
+ * XFS writes a log buffer (iclog) to disk: its journal commit. Counted at
+ * the write, not at xfs_log_force, which also fires for forces that find
+ * the log already on disk.
+ */
+SEC("tracepoint/xfs/xlog_iclog_sync")
+int host_xfs_log_write(struct dev_event *ev)
 {
 	u32 dev = ev->dev;
 

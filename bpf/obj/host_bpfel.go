@@ -106,7 +106,7 @@ const (
 	HostProgHostJbd2Commit   = "host_jbd2_commit"
 	HostProgHostRqComplete   = "host_rq_complete"
 	HostProgHostRqIssue      = "host_rq_issue"
-	HostProgHostXfsLogForce  = "host_xfs_log_force"
+	HostProgHostXfsLogWrite  = "host_xfs_log_write"
 )
 
 // LoadHost returns the embedded CollectionSpec for Host.
@@ -159,7 +159,7 @@ type HostProgramSpecs struct {
 	HostJbd2Commit   *ebpf.ProgramSpec `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.ProgramSpec `ebpf:"host_rq_complete"`
 	HostRqIssue      *ebpf.ProgramSpec `ebpf:"host_rq_issue"`
-	HostXfsLogForce  *ebpf.ProgramSpec `ebpf:"host_xfs_log_force"`
+	HostXfsLogWrite  *ebpf.ProgramSpec `ebpf:"host_xfs_log_write"`
 }
 
 // HostMapSpecs contains maps before they are loaded into the kernel.
@@ -249,7 +249,7 @@ type HostPrograms struct {
 	HostJbd2Commit   *ebpf.Program `ebpf:"host_jbd2_commit"`
 	HostRqComplete   *ebpf.Program `ebpf:"host_rq_complete"`
 	HostRqIssue      *ebpf.Program `ebpf:"host_rq_issue"`
-	HostXfsLogForce  *ebpf.Program `ebpf:"host_xfs_log_force"`
+	HostXfsLogWrite  *ebpf.Program `ebpf:"host_xfs_log_write"`
 }
 
 func (p *HostPrograms) Close() error {
@@ -262,7 +262,7 @@ func (p *HostPrograms) Close() error {
 		p.HostJbd2Commit,
 		p.HostRqComplete,
 		p.HostRqIssue,
-		p.HostXfsLogForce,
+		p.HostXfsLogWrite,
 	)
 }
 

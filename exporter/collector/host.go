@@ -52,7 +52,7 @@ var (
 	diskImageApparent = diskDesc("image_apparent_bytes",
 		"Size of the image file.")
 	hostDeviceCommits = deviceDesc("commits_total",
-		"Journal commits of the host file system: jbd2 commits (ext4), log forces (XFS), transaction commits (Btrfs).")
+		"Journal commits of the host file system: jbd2 commits (ext4), log buffer writes (XFS), transaction commits (Btrfs).")
 	hostDeviceRequests = deviceDesc("requests_total",
 		"Requests the host block device completed, by kind: data (a tracked image's), metadata (journal and file system metadata), other.", "kind", "op")
 	hostDeviceBytes = deviceDesc("bytes_total",

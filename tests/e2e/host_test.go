@@ -131,7 +131,7 @@ func TestHostSide(t *testing.T) {
 				t.Errorf("device bytes %.0f outside bitesize's bounds [%.0f, %.0f]", devW+devR, lo, hi)
 			}
 			commits := s1.value(t, "fspair_host_device_commits_total", d) - s0.value(t, "fspair_host_device_commits_total", d)
-			t.Logf("%s: %.0f journal commits / log forces / transaction commits", hostFS, commits)
+			t.Logf("%s: %.0f journal commits / log writes / transaction commits", hostFS, commits)
 			if commits <= 0 {
 				t.Errorf("fsync-heavy workload: no journal commits counted on %s", hostFS)
 			}
