@@ -11,15 +11,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/mdlayher/vsock"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
@@ -29,10 +34,12 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/fspair/fspair/exporter/collector"
 	"github.com/fspair/fspair/exporter/discovery"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/privilege"
 	"github.com/fspair/fspair/exporter/probe"
 )
 
@@ -56,6 +63,7 @@ func run() int {
 		maxDisks     = app.Flag("bpf.max-disks", "The most VM disks followed at once (sizes the BPF maps).").Default("1024").Int()
 		denyPrograms = app.Flag("probe.deny", "Do not load this BPF program (repeatable); for degraded operation and tests.").Strings()
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
+		dropPriv     = app.Flag("privilege.drop", "Once the probes are attached, drop every capability but those reading images and /proc needs (--no-privilege.drop keeps them all, for debugging).").Default("true").Bool()
 		webConfig    = kingpinflag.AddFlags(app, ":9477")
 		logConfig    = &promslog.Config{}
 	)
@@ -100,15 +108,55 @@ func run() int {
 		}
 	}
 
+	// Capabilities are checked before touching the kernel too: what is
+	// missing is named, rather than found out halfway.
+	keep := privilege.Runtime(*useProc)
+	if *dropPriv {
+		if err := privilege.Check(keep); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v (it starts with %s and keeps %s; see deploy/systemd/fspair_exporter.service)\n",
+				name, err, privilege.Startup(keep), keep)
+			return 1
+		}
+	}
+	// Bind before loading anything, so that an address in use leaves
+	// nothing half-started.
+	var listeners []net.Listener
+	if !*checkOnly {
+		if listeners, err = listen(webConfig); err != nil {
+			hint := ""
+			switch {
+			case errors.Is(err, syscall.EADDRINUSE):
+				hint = " (choose another --web.listen-address, or stop what listens there)"
+			case errors.Is(err, syscall.EACCES):
+				hint = " (a port below 1024 needs CAP_NET_BIND_SERVICE)"
+			}
+			fmt.Fprintf(os.Stderr, "%s: %v%s\n", name, err, hint)
+			return 1
+		}
+		defer func() {
+			for _, l := range listeners {
+				l.Close()
+			}
+		}()
+	}
+
 	if err := ensureTracefs(); err != nil {
 		logger.Warn("tracefs", "err", err)
 	}
 	probes, err := probe.Load(probe.Options{MaxDisks: *maxDisks, Deny: *denyPrograms, Logger: logger})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v (fspair_exporter needs root or CAP_BPF+CAP_PERFMON+CAP_SYS_RESOURCE, and a kernel with BTF)\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: %v (fspair_exporter needs root or %s, and a kernel with BTF)\n", name, err, privilege.Attach)
 		return 1
 	}
 	defer probes.Close()
+	if *dropPriv {
+		kept, err := dropPrivileges(probes, keep, logger)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: drop capabilities: %v (--no-privilege.drop keeps them)\n", name, err)
+			return 1
+		}
+		logger.Info("capabilities dropped", "kept", kept)
+	}
 	inv := inventory.New(probes, disc, inventory.Options{ImageRefresh: *imageRefresh, Logger: logger})
 	defer inv.Close()
 
@@ -158,7 +206,7 @@ func run() int {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- web.ListenAndServe(srv, webConfig, logger) }()
+	go func() { errc <- web.ServeMultiple(listeners, srv, webConfig, logger) }()
 	logger.Info("started", "version", version.Info(), "programs_attached", attached(probes), "disks", len(inv.Disks()))
 	select {
 	case err := <-errc:
@@ -228,6 +276,72 @@ func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) 
 		return 1
 	}
 	return 0
+}
+
+// dropPrivileges keeps only keep, plus CAP_BPF where the kernel still
+// wants it for map access through descriptors already held: before Linux
+// 5.19 every bpf() command needs it when kernel.unprivileged_bpf_disabled is
+// set. A map read with only keep effective tells.
+func dropPrivileges(probes *probe.Probes, keep privilege.Set, logger *slog.Logger) (privilege.Set, error) {
+	err := privilege.WithEffective(keep, func() error {
+		_, err := probes.Dropped()
+		return err
+	})
+	switch {
+	case errors.Is(err, os.ErrPermission):
+		logger.Warn("this kernel refuses BPF map access without CAP_BPF (before Linux 5.19, with kernel.unprivileged_bpf_disabled set): keeping CAP_BPF")
+		keep |= privilege.Of(unix.CAP_BPF)
+	case err != nil:
+		return 0, err
+	}
+	return keep, privilege.Drop(keep)
+}
+
+// listen binds every --web.listen-address (or takes systemd's sockets), the
+// way web.ListenAndServe would, but before anything else starts.
+func listen(flags *web.FlagConfig) ([]net.Listener, error) {
+	if *flags.WebSystemdSocket {
+		ls, err := activation.Listeners()
+		if err != nil {
+			return nil, fmt.Errorf("systemd socket activation: %w", err)
+		}
+		if len(ls) == 0 {
+			return nil, errors.New("systemd socket activation: no sockets passed")
+		}
+		return ls, nil
+	}
+	var ls []net.Listener
+	for _, addr := range *flags.WebListenAddresses {
+		var (
+			l   net.Listener
+			err error
+		)
+		if strings.HasPrefix(addr, "vsock://") {
+			var port uint64
+			u, perr := url.Parse(addr)
+			if perr == nil {
+				port, perr = strconv.ParseUint(u.Port(), 10, 32)
+			}
+			if perr != nil {
+				err = fmt.Errorf("listen on %s: want vsock://:PORT", addr)
+			} else {
+				l, err = vsock.Listen(uint32(port), nil)
+			}
+		} else {
+			l, err = net.Listen("tcp", addr)
+		}
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if len(ls) == 0 {
+		return nil, errors.New("no --web.listen-address")
+	}
+	return ls, nil
 }
 
 // oneLine folds a multi-line error (YAML errors list one problem a line)

@@ -13,7 +13,7 @@ pkgs=(
 	busybox-static cpio kmod             # the lab's guest initramfs
 	libbpf-tools                         # reference tools to check figures against
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients  # libvirt discovery test (not -system: it pulls systemd)
-	curl jq ca-certificates
+	curl jq ca-certificates strace        # strace: the start-failure test checks nothing was loaded
 )
 if [ -f tests/lab/packages.txt ]; then
 	while read -r p; do
