@@ -844,6 +844,7 @@ int fallocate_exit(struct syscall_exit_ctx *ctx)
 #define IOCB_CMD_PREADV 7
 #define IOCB_CMD_PWRITEV 8
 #define ENOTBLK 15
+#define EAGAIN 11
 
 struct aio_walk {
 	u64 iocbpp;
@@ -1039,8 +1040,14 @@ int iomap_dio_done(u64 *ctx)
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec)
 		return 0;
-	if (error == -ENOTBLK) {
-		/* The file system falls back to buffered I/O within the call. */
+	if (error == -ENOTBLK || error == -EAGAIN) {
+		/*
+		 * The file system goes on within the call: -ENOTBLK falls back to
+		 * buffered I/O, -EAGAIN retries (XFS tries a sub-block write
+		 * under the shared lock first, then again under the exclusive
+		 * one: a second iomap_dio_rw_begin picks the request up). QEMU
+		 * does not submit RWF_NOWAIT, whose -EAGAIN would be final.
+		 */
 		key.iocb = aio_user_iocb((void *)kio);
 		key.tgid = rec->tgid;
 		bpf_map_update_elem(&aio_pending, &key, rec, BPF_ANY);
