@@ -8,13 +8,34 @@ package collector
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 const namespace = "fspair"
+
+// maxLabelBytes bounds a label value taken from the host (mount points and
+// device names may be any bytes but NUL and '/' separators, of any length).
+const maxLabelBytes = 255
+
+// hostLabel makes a string from the host's mount table a valid, bounded
+// label value: invalid UTF-8 (legal in a Linux path, fatal to the metric)
+// becomes U+FFFD and the value is cut at maxLabelBytes on a rune boundary.
+func hostLabel(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxLabelBytes {
+		return s
+	}
+	cut := maxLabelBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
 
 // Collector is one subsystem's metrics.
 type Collector interface {

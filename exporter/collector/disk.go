@@ -156,8 +156,8 @@ func (c *DiskCollector) Update(ch chan<- prometheus.Metric) error {
 	for _, d := range c.inv.Disks() {
 		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
 		ch <- prometheus.MustNewConstMetric(diskInfo, prometheus.GaugeValue, 1, append(k,
-			orUnknown(d.ImageFormat), orUnknown(d.GuestFS), d.GuestFSSource, orUnknown(d.HostFS.FSType),
-			d.HostFS.MountPoint, d.HostFS.Device, orUnknown(d.Cache), orUnknown(d.AIO), d.Source)...)
+			orUnknown(d.ImageFormat), orUnknown(d.GuestFS), d.GuestFSSource, orUnknown(hostLabel(d.HostFS.FSType)),
+			hostLabel(d.HostFS.MountPoint), hostLabel(d.HostFS.Device), orUnknown(d.Cache), orUnknown(d.AIO), d.Source)...)
 		if d.VirtualSize > 0 {
 			ch <- prometheus.MustNewConstMetric(diskVirtualSize, prometheus.GaugeValue, float64(d.VirtualSize), k...)
 		}

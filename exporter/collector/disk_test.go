@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -121,5 +122,31 @@ func TestSeekBoundsMatchSlots(t *testing.T) {
 		if seekBounds[i] <= seekBounds[i-1] {
 			t.Fatalf("seek bounds not increasing at %d: %v", i, seekBounds)
 		}
+	}
+}
+
+// TestHostLabelsBounded: a mount point that is not UTF-8 (legal on Linux)
+// or absurdly long becomes a valid, bounded label value instead of a panic.
+func TestHostLabelsBounded(t *testing.T) {
+	bad := "/srv/\xff\xfeimages/" + strings.Repeat("é", 400)
+	disks := fakeDisks{{Disk: discovery.Disk{Domain: "vm", UUID: "u", TargetDevice: "vda", SourceFile: "/srv/x.img"},
+		HostFS: hostfs.Mount{MountPoint: bad, Device: "/dev/\xff", FSType: "ext4"}}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewExporter(map[string]Collector{"disk": NewDiskCollector(disks, fakeCounters{})}, nil))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if !utf8.ValidString(l.GetValue()) || len(l.GetValue()) > maxLabelBytes {
+					t.Errorf("%s: label %s = %q: not valid UTF-8 or longer than %d bytes", mf.GetName(), l.GetName(), l.GetValue(), maxLabelBytes)
+				}
+			}
+		}
+	}
+	if got := hostLabel(bad); !strings.HasPrefix(got, "/srv/\uFFFD") {
+		t.Errorf("hostLabel(%q) = %q", bad, got)
 	}
 }

@@ -169,7 +169,7 @@ func (c *HostCollector) updateDevice(ch chan<- prometheus.Metric, dev inventory.
 	if err != nil {
 		return err
 	}
-	k := []string{dev.Name, dev.FSType, dev.MountPoint}
+	k := []string{hostLabel(dev.Name), hostLabel(dev.FSType), hostLabel(dev.MountPoint)}
 	counter := func(desc *prometheus.Desc, v uint64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), with(k, l...)...)
 	}

@@ -274,6 +274,7 @@ collect:
 			res.ProcStats = r.stats
 		}
 		if ran && r.err == nil {
+			r.disks, r.warn = checkLabels(name, r.disks, r.warn)
 			st.lastGood, st.lastTime = r.disks, time.Now()
 			all = append(all, r.disks)
 			res.SourceDisks[name] = len(r.disks)
@@ -306,6 +307,24 @@ collect:
 		st.failing = err != nil
 	}
 	return res, ctx.Err()
+}
+
+// checkLabels bounds the label strings of a source's disks (boundLabels)
+// and leaves out, with a warning, the disks that cannot be labelled.
+func checkLabels(name string, disks []found, warn error) ([]found, error) {
+	ok := disks[:0]
+	var errs []error
+	for _, f := range disks {
+		if err := boundLabels(&f.Disk); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ok = append(ok, f)
+	}
+	if len(errs) > 0 {
+		warn = errors.Join(warn, wrap(name, errors.Join(errs...)))
+	}
+	return ok, warn
 }
 
 // run runs one source.

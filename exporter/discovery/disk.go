@@ -6,7 +6,10 @@ package discovery
 
 import (
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Source names, used in Disk.Source and as keys of Result.Errors.
@@ -106,4 +109,55 @@ func normalizeUUID(u string) string {
 func formatUUID(b []byte) string {
 	h := hex.EncodeToString(b)
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// Bounds on the strings of a Disk that become label values of every
+// per-disk series (domain, target_device, source_file, cache, aio).
+// client_golang refuses a label value that is not valid UTF-8
+// (prometheus.NewConstMetric; MustNewConstMetric panics), and neither a QEMU
+// command line, which holds whatever bytes its starter put there, nor
+// libvirt XML bounds their length.
+const (
+	// maxNameLen bounds the VM name and the target device. libvirt keeps
+	// a domain in files named after it (<name>.xml, <name>.pid), so
+	// NAME_MAX bounds the names it accepts.
+	maxNameLen = 255
+	// maxPathLen is PATH_MAX less its NUL: open(2) fails with
+	// ENAMETOOLONG on longer paths, so no image file has one.
+	maxPathLen = 4095
+)
+
+// boundLabels makes the label strings of d valid UTF-8 and bounded: the VM
+// name and target device have invalid bytes replaced and are cut to
+// maxNameLen at a rune boundary; cache and aio modes outside the known ones
+// become "" (reported as unknown). The image path cannot be changed, since
+// it is the file the exporter opens and the key other series join on: a
+// disk whose path is not valid UTF-8 or longer than maxPathLen cannot be
+// reported, and boundLabels returns an error saying so.
+func boundLabels(d *Disk) error {
+	if !utf8.ValidString(d.SourceFile) || len(d.SourceFile) > maxPathLen {
+		return fmt.Errorf("disk %s of %s: image path %q cannot be a label value (not valid UTF-8 or longer than %d bytes)",
+			boundName(d.TargetDevice), boundName(d.Domain), truncate(d.SourceFile), maxPathLen)
+	}
+	d.Domain = boundName(d.Domain)
+	d.TargetDevice = boundName(d.TargetDevice)
+	if !slices.Contains(validCaches, d.Cache) && d.Cache != CacheDirect {
+		d.Cache = ""
+	}
+	if !slices.Contains(validAIOs, d.AIO) {
+		d.AIO = ""
+	}
+	return nil
+}
+
+func boundName(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxNameLen {
+		return s
+	}
+	n := maxNameLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

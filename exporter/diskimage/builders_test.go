@@ -87,6 +87,7 @@ type gptPart struct {
 	typ         [16]byte
 	first, last uint64 // inclusive LBAs
 	name        string
+	rawName     []uint16 // UTF-16 code units written instead of name
 }
 
 // guidBytes encodes a canonical GUID string in the UEFI mixed-endian layout.
@@ -135,7 +136,11 @@ type gptOpts struct {
 	badPrimaryCRC bool
 	badBackupCRC  bool
 	badArrayCRC   bool // primary array only
+	badBackupArr  bool // backup array only
 	noPMBR        bool
+	// editHeader changes a header (primary and backup alike) before its
+	// CRC is computed, so the damage is in the fields, not the CRC.
+	editHeader func(h []byte)
 }
 
 // writeGPT writes a protective MBR and primary and backup GPTs to img.
@@ -159,10 +164,14 @@ func writeGPT(img *sparseImage, parts []gptPart, o gptOpts) {
 		e[16] = byte(i + 1) // unique GUID, any non-zero value
 		binary.LittleEndian.PutUint64(e[32:], p.first)
 		binary.LittleEndian.PutUint64(e[40:], p.last)
-		for j, r := range p.name {
-			if j < 36 {
-				binary.LittleEndian.PutUint16(e[56+2*j:], uint16(r))
+		name := p.rawName
+		if name == nil {
+			for _, r := range p.name {
+				name = append(name, uint16(r))
 			}
+		}
+		for j, u := range name[:min(len(name), 36)] {
+			binary.LittleEndian.PutUint16(e[56+2*j:], u)
 		}
 	}
 	arrSectors := (uint64(len(arr)) + uint64(ss) - 1) / uint64(ss)
@@ -187,7 +196,11 @@ func writeGPT(img *sparseImage, parts []gptPart, o gptOpts) {
 		binary.LittleEndian.PutUint32(h[80:], o.numEntries)
 		binary.LittleEndian.PutUint32(h[84:], o.entrySize)
 		binary.LittleEndian.PutUint32(h[88:], crc32.ChecksumIEEE(arr))
-		crc := crc32.ChecksumIEEE(h[:92])
+		if o.editHeader != nil {
+			o.editHeader(h)
+		}
+		hs := min(max(int64(binary.LittleEndian.Uint32(h[12:])), 92), ss)
+		crc := crc32.ChecksumIEEE(h[:hs])
 		if badCRC {
 			crc++
 		}
@@ -202,7 +215,12 @@ func writeGPT(img *sparseImage, parts []gptPart, o gptOpts) {
 	}
 	img.write(2*ss, primaryArr)
 	backupArrLBA := lbas - 1 - arrSectors
-	img.write(int64(backupArrLBA)*ss, arr)
+	backupArr := arr
+	if o.badBackupArr {
+		backupArr = append([]byte(nil), arr...)
+		backupArr[0] ^= 0xFF
+	}
+	img.write(int64(backupArrLBA)*ss, backupArr)
 	img.write(int64(lbas-1)*ss, header(lbas-1, 1, backupArrLBA, o.badBackupCRC))
 }
 

@@ -34,8 +34,8 @@ type Qcow2Layout struct {
 	// Clusters is the number of metadata clusters counted (a cluster
 	// shared by two structures may be counted twice).
 	Clusters int
-	// Truncated is set when the walk stopped at maxClusters; Ranges then
-	// holds what was found before that.
+	// Truncated is set when the walk stopped at maxClusters or at its
+	// read budget; Ranges then holds what was found before that.
 	Truncated bool
 	// Skipped counts table entries left out because they pointed past the
 	// end of the file or were not cluster-aligned.
@@ -63,8 +63,9 @@ func (l *Qcow2Layout) Overlaps(start, end int64) bool {
 // the refcount table, the snapshot table and the bitmap directory and
 // tables; it does not read L2 tables, refcount blocks or guest data. The
 // walk stops after maxClusters metadata clusters (DefaultMaxClusters if
-// maxClusters <= 0) with Truncated set, so the work done and the bytes read
-// are bounded by maxClusters clusters whatever the header claims.
+// maxClusters <= 0) or after reading 64 MiB or 2^17 times (metaMaxBytes),
+// with Truncated set, so the work done and the bytes read are bounded
+// whatever the header claims.
 //
 // QEMU allocates L2 tables and refcount blocks as the guest writes, so the
 // map of a running image goes stale; call Qcow2Metadata again (cheap for
@@ -82,8 +83,12 @@ func Qcow2Metadata(r io.ReaderAt, size int64, maxClusters int) (*Qcow2Layout, er
 	if err != nil {
 		return nil, fmt.Errorf("map qcow2 metadata: %w", err)
 	}
-	w := &metaWalker{r: r, size: size, cs: h.clusterSize(), max: maxClusters, clusters: map[int64]struct{}{}}
-	if err := w.walk(h); err != nil && err != errFull {
+	b := &budgetReader{r: r, maxCalls: metaMaxCalls, maxBytes: metaMaxBytes}
+	w := &metaWalker{r: b, size: size, cs: h.clusterSize(), max: maxClusters, clusters: map[int64]struct{}{}}
+	switch err := w.walk(h); {
+	case errors.Is(err, ErrReadBudget):
+		w.truncated = true
+	case err != nil && err != errFull:
 		return nil, fmt.Errorf("map qcow2 metadata: %w", err)
 	}
 	return w.layout(), nil
@@ -103,6 +108,18 @@ func Qcow2MetadataFile(path string, maxClusters int) (*Qcow2Layout, error) {
 	}
 	return l, nil
 }
+
+// The read budget of a metadata walk. maxClusters alone does not bound the
+// reading: every snapshot may name the same L1 table of QEMU's maximum size
+// (32 MiB), which is read again for each, so that a 35 MiB image with 2 MiB
+// clusters and 16384 snapshots would make the walk read 512 GiB. Real images
+// need far less: the active L1 table (at most 32 MiB, and 1 MiB maps 64 TiB
+// with 64 KiB clusters), the refcount table (at most 8 MiB) and one L1 table
+// per snapshot.
+const (
+	metaMaxBytes = 64 << 20
+	metaMaxCalls = 1 << 17
+)
 
 // errFull stops the walk when maxClusters is reached.
 var errFull = errors.New("metadata cluster limit reached")
