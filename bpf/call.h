@@ -67,6 +67,25 @@ struct flush_window {
 /* A window whose flushes have not ended for this long is stale (a thread died in the call). */
 #define FLUSH_WINDOW_MAX_NS (30ULL * 1000 * 1000 * 1000)
 
+/* Each VMM thread's synchronous call and direct I/O mark; owned by disk.bpf.c, shared at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct io_task);
+} io_tasks SEC(".maps");
+
+/* Host file systems with flushes in progress at once. */
+#define MAX_FLUSH_WINDOWS 256
+
+/* Host file system dev_t -> its flushes in progress; owned by disk.bpf.c, shared at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FLUSH_WINDOWS);
+	__type(key, u32);
+	__type(value, struct flush_window);
+} flush_windows SEC(".maps");
+
 /* Why an event was lost, the `reason` label of fspair_probe_events_dropped_total. */
 enum drop {
 	DROP_INFLIGHT_FULL,

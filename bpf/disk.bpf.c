@@ -33,8 +33,6 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_INFLIGHT 16384
 /* qcow2 metadata clusters marked across all qcow2 disks. */
 #define MAX_FORMAT_CLUSTERS 262144
-/* Host file systems with flushes in progress at once. */
-#define MAX_FLUSH_WINDOWS 256
 /* The seek history: the closest of the last 16 requests, as vscsiStats measures it. */
 #define SEEK_HISTORY 16
 /* The most iovec entries a vectored call may carry (UIO_MAXIOV). */
@@ -212,21 +210,6 @@ struct {
 	__type(value, u8);
 } vmm_tgids SEC(".maps");
 
-/* Each VMM thread's synchronous call and direct I/O mark (call.h); shared with host.bpf.c. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct io_task);
-} io_tasks SEC(".maps");
-
-/* Host file system dev_t -> its flushes in progress (call.h); shared with host.bpf.c. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_FLUSH_WINDOWS);
-	__type(key, u32);
-	__type(value, struct flush_window);
-} flush_windows SEC(".maps");
 
 /* io_uring requests in flight, by struct io_kiocb. */
 struct {

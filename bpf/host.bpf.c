@@ -28,7 +28,6 @@ char LICENSE[] SEC("license") = "GPL";
 /* Mirrors disk.bpf.c: the map is shared, loaded once. */
 #define MAX_DISKS 1024
 #define MAX_IMAGES (MAX_DISKS * 2)
-#define MAX_FLUSH_WINDOWS 256
 /* Direct I/O bios in flight on followed devices. */
 #define MAX_BIOS 16384
 
@@ -119,22 +118,6 @@ struct {
 	__type(key, u64);
 	__type(value, u32);
 } disk_by_inode SEC(".maps");
-
-/* VMM thread state (call.h): disk.bpf.c's map, shared at load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct io_task);
-} io_tasks SEC(".maps");
-
-/* Flushes in progress by host file system (call.h): disk.bpf.c's map, shared at load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_FLUSH_WINDOWS);
-	__type(key, u32);
-	__type(value, struct flush_window);
-} flush_windows SEC(".maps");
 
 /* Block device (kernel dev_t, major << 20 | minor) -> device slot. Written by user space. */
 struct {
