@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate lint test unit-test lab-test demo demo-smoke bench fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules lint test unit-test lab-test demo demo-smoke bench bench-rules fuzz deps clean
 
 all: build
 
@@ -25,18 +25,25 @@ generate:
 check-generate: generate
 	git diff --exit-code -- bpf/obj || { echo "bpf/obj is stale: run 'make generate' and commit"; exit 1; }
 
+# The rule files are generated from rules/classes.yaml and rules/kdb (see rules/README.md).
+rules:
+	$(GO) run ./rules/gen -out rules
+
+check-rules: rules
+	git diff --exit-code -- rules/*.yml || { echo "rules are stale: run 'make rules' and commit"; exit 1; }
+
 lint: build
-	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests)" || { gofmt -l exporter bpf tests; exit 1; }
+	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench)" || { gofmt -l exporter bpf tests rules bench; exit 1; }
 	@echo "== go vet"; $(GO) vet ./...
 	@echo "== promtool check metrics"; bash scripts/check-metrics.sh $(BIN)
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate lint unit-test lab-test demo-smoke
+test: build check-generate check-rules lint unit-test lab-test demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
-	$(GO) test -count=1 ./exporter/... ./bpf/...
+	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/...
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"
@@ -51,6 +58,10 @@ demo-smoke: build
 
 bench: build
 	bash scripts/bench.sh
+
+# Rule evaluation cost in a real Prometheus at 2,000 synthetic disks (~70 minutes).
+bench-rules:
+	$(GO) run ./rules/bench -disks 2000 -warmup 65m
 
 fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME)

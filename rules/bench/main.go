@@ -1,0 +1,427 @@
+// Command bench measures what the fspair rules cost a real Prometheus at scale.
+//
+// It serves synthetic exporter metrics for -disks VM disks (the metric names and
+// labels of fspair_exporter, counters growing at the rates of the four workload
+// archetypes and an idle disk), runs two Prometheus servers that scrape them,
+// one with the rule files loaded and one without, and after a warm-up reports
+// each rule group's evaluation time (Prometheus' own measurement, median over
+// the sampled evaluations) and the CPU time the rules add per evaluation
+// (CPU of the server with rules minus the one without, so scraping and the
+// storage's own work cancel out).
+//
+//	go run ./rules/bench -disks 2000 -warmup 65m
+//
+// The long-window rules read an hour of their own history; with a warm-up
+// shorter than the long window they read less and cost less than in steady
+// state, which the report says.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() { os.Exit(run()) }
+
+// archetype rates per second: read, write, flush requests; read, write bytes;
+// random and sequential reads and writes; durable writes.
+type archetype struct {
+	name                                             string
+	read, write, flush, rb, wb, rr, sr, rw, sw, sync float64
+}
+
+var archetypes = []archetype{
+	{"web", 90, 10, 0.1, 90 * 16384, 10 * 4096, 85, 5, 0, 10, 0},
+	{"mail", 32, 64, 32, 32 * 16384, 64 * 8192, 28, 4, 52, 12, 52},
+	{"fileserver", 40, 60, 0.6, 40 * 262144, 60 * 262144, 20, 20, 3, 57, 0},
+	{"rfa", 65, 35, 0.35, 65 * 8192, 35 * 8192, 64, 1, 33, 2, 0},
+	{"idle", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+}
+
+var fsNames = []string{"ext4", "xfs", "btrfs"}
+
+// exposition renders the synthetic exporter's metrics at elapsed seconds.
+func exposition(disks int, elapsed float64, buckets bool) []byte {
+	var b strings.Builder
+	b.Grow(disks * 16384)
+	line := func(name, labels string, v float64) {
+		b.WriteString(name)
+		b.WriteByte('{')
+		b.WriteString(labels)
+		b.WriteString("} ")
+		b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
+		b.WriteByte('\n')
+	}
+	for i := 0; i < disks; i++ {
+		a := archetypes[i%len(archetypes)]
+		dev := fmt.Sprintf("/dev/vd%d", i/100)
+		hostFS := fsNames[(i/100)%3]
+		k := fmt.Sprintf(`domain="vm%d",uuid="00000000-0000-0000-0000-%012d",target_device="vda",source_file="/srv/%s/vm%d.qcow2"`, i, i, hostFS, i)
+		line("fspair_disk_info", k+fmt.Sprintf(`,format="qcow2",guest_fs="%s",guest_fs_source="image",host_fs="%s",host_device="%s",host_mountpoint="/srv/%s",cache="none",aio="native",discovery="libvirt"`,
+			fsNames[i%3], hostFS, dev, hostFS), 1)
+		t := elapsed
+		per := map[string][2]float64{"read": {a.read, a.rb}, "write": {a.write, a.wb}, "flush": {a.flush, 0}, "discard": {}, "write_zeroes": {}, "allocate": {}}
+		for _, op := range []string{"read", "write", "flush", "discard", "write_zeroes", "allocate"} {
+			n := math.Floor(per[op][0] * t)
+			l := k + `,op="` + op + `"`
+			line("fspair_disk_requests_total", l, n)
+			line("fspair_disk_bytes_total", l, math.Floor(per[op][1]*t))
+			line("fspair_disk_request_errors_total", l, 0)
+			line("fspair_disk_request_duration_seconds_sum", l, n*0.001)
+			line("fspair_disk_request_duration_seconds_count", l, n)
+			if buckets {
+				for j := 0; j < 24; j++ {
+					line("fspair_disk_request_duration_seconds_bucket", l+fmt.Sprintf(`,le="%g"`, 1e-6*math.Ldexp(1, j)), n)
+				}
+			}
+		}
+		for _, d := range []struct {
+			op                 string
+			n, random, seq, by float64
+		}{{"read", a.read, a.rr, a.sr, a.rb}, {"write", a.write, a.rw, a.sw, a.wb}} {
+			l := k + `,op="` + d.op + `"`
+			line("fspair_disk_random_requests_total", l, math.Floor(d.random*t))
+			line("fspair_disk_sequential_requests_total", l, math.Floor(d.seq*t))
+			line("fspair_disk_device_requests_total", l, math.Floor(d.n*t))
+			line("fspair_disk_device_bytes_total", l, math.Floor(d.by*1.3*t))
+			line("fspair_disk_format_metadata_requests_total", l, 0)
+			for _, stage := range []string{"file", "host_queue", "device"} {
+				sl := k + `,stage="` + stage + `",op="` + d.op + `"`
+				n := math.Floor(d.n * t)
+				line("fspair_disk_stage_seconds_sum", sl, n*0.0005)
+				line("fspair_disk_stage_seconds_count", sl, n)
+				if buckets {
+					for j := 0; j < 24; j++ {
+						line("fspair_disk_stage_seconds_bucket", sl+fmt.Sprintf(`,le="%g"`, 1e-6*math.Ldexp(1, j)), n)
+					}
+				}
+			}
+		}
+		line("fspair_disk_sync_writes_total", k+`,mode="flush"`, math.Floor(a.sync*t))
+		line("fspair_disk_sync_writes_total", k+`,mode="dsync"`, 0)
+		for _, src := range [][2]string{{"call", "data"}, {"call", "metadata"}, {"call", "other"}, {"journal", "metadata"}} {
+			l := k + `,source="` + src[0] + `",kind="` + src[1] + `"`
+			line("fspair_disk_flush_device_writes_total", l, math.Floor(a.flush*2*t))
+			line("fspair_disk_flush_device_write_bytes_total", l, math.Floor(a.flush*8192*t))
+		}
+		line("fspair_disk_flush_device_cache_flushes_total", k, math.Floor(a.flush*t))
+	}
+	for j := 0; j < (disks+99)/100; j++ {
+		fs := fsNames[j%3]
+		d := fmt.Sprintf(`host_device="/dev/vd%d",host_fs="%s",host_mountpoint="/srv/%s"`, j, fs, fs)
+		for _, kind := range []string{"data", "metadata", "other"} {
+			for _, op := range []string{"read", "write"} {
+				line("fspair_host_device_bytes_total", d+`,kind="`+kind+`",op="`+op+`"`, math.Floor(2e6*elapsed))
+				line("fspair_host_device_requests_total", d+`,kind="`+kind+`",op="`+op+`"`, math.Floor(200*elapsed))
+			}
+		}
+		line("fspair_host_device_vm_disks", d, 100)
+	}
+	line("fspair_probe_attached", `program="disk_pwrite64_enter"`, 1)
+	line("fspair_probe_events_dropped_total", `reason="inflight_full"`, 0)
+	line("fspair_discovery_source_up", `source="libvirt"`, 1)
+	return []byte(b.String())
+}
+
+type server struct {
+	name, url string
+	cmd       *exec.Cmd
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval time.Duration) (*server, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  evaluation_interval: %s\n", scrape, eval)
+	if len(rules) > 0 {
+		cfg.WriteString("rule_files:\n")
+		for _, r := range rules {
+			fmt.Fprintf(&cfg, "  - %q\n", r)
+		}
+	}
+	fmt.Fprintf(&cfg, "scrape_configs:\n  - job_name: fspair\n    static_configs:\n      - targets: [%q]\n", target)
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", d, err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("write config: %w", err)
+	}
+	logf, err := os.Create(filepath.Join(d, "prometheus.log"))
+	if err != nil {
+		return nil, fmt.Errorf("create log: %w", err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(d, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(d, "data"), "--web.listen-address="+addr)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (install the Debian package prometheus): %w", bin, err)
+	}
+	s := &server{name: name, url: "http://" + addr, cmd: cmd}
+	for i := 0; i < 60; i++ {
+		if resp, err := http.Get(s.url + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	s.stop()
+	return nil, fmt.Errorf("prometheus %s not ready after 30s; see %s", name, logf.Name())
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpuSeconds is the process's user+system CPU time from /proc.
+func (s *server) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu of %s: %w", s.name, err)
+	}
+	// Fields after the parenthesised command name; utime and stime are 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return (u + st) / clkTck, nil
+}
+
+type groupTimes map[string]float64
+
+func (s *server) groups() (groupTimes, error) {
+	resp, err := http.Get(s.url + "/api/v1/rules")
+	if err != nil {
+		return nil, fmt.Errorf("query rules: %w", err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Groups []struct {
+				Name           string  `json:"name"`
+				EvaluationTime float64 `json:"evaluationTime"`
+				Rules          []struct {
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+					Name      string `json:"name"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode rules: %w", err)
+	}
+	g := groupTimes{}
+	for _, gr := range r.Data.Groups {
+		for _, rule := range gr.Rules {
+			if rule.Health == "err" {
+				return nil, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, gr.Name, rule.LastError)
+			}
+		}
+		g[gr.Name] = gr.EvaluationTime
+	}
+	return g, nil
+}
+
+func (s *server) headSeries() string {
+	// These servers do not scrape themselves: read the gauge from /metrics.
+	m, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer m.Body.Close()
+	mb, _ := io.ReadAll(m.Body)
+	for _, l := range strings.Split(string(mb), "\n") {
+		if strings.HasPrefix(l, "prometheus_tsdb_head_series ") {
+			return strings.TrimPrefix(l, "prometheus_tsdb_head_series ")
+		}
+	}
+	return "?"
+}
+
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return v[len(v)/2]
+}
+
+func run() int {
+	var (
+		disks    = flag.Int("disks", 2000, "synthetic VM disks (100 per host device)")
+		bin      = flag.String("prometheus", "prometheus", "Prometheus binary")
+		rulesDir = flag.String("rules", "rules", "directory with the generated rule files")
+		warmup   = flag.Duration("warmup", 15*time.Minute, "scrape and evaluate this long before measuring (>= the long window for steady state)")
+		samples  = flag.Int("samples", 5, "evaluations to measure")
+		scrape   = flag.Duration("scrape", 15*time.Second, "scrape interval")
+		eval     = flag.Duration("eval", time.Minute, "rule evaluation interval")
+		buckets  = flag.Bool("buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
+	)
+	flag.Parse()
+	if err := bench(*disks, *bin, *rulesDir, *warmup, *samples, *scrape, *eval, *buckets); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, scrape, eval time.Duration, buckets bool) error {
+	ruleFiles, err := filepath.Glob(filepath.Join(rulesDir, "*.rules.yml"))
+	if err != nil || len(ruleFiles) == 0 {
+		return fmt.Errorf("no *.rules.yml in %s: run from the repository root or pass -rules", rulesDir)
+	}
+	alerts, _ := filepath.Glob(filepath.Join(rulesDir, "*.alerts.yml"))
+	ruleFiles = append(ruleFiles, alerts...)
+	for i, f := range ruleFiles {
+		if ruleFiles[i], err = filepath.Abs(f); err != nil {
+			return fmt.Errorf("resolve %s: %w", f, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "fspair-rules-bench-")
+	if err != nil {
+		return fmt.Errorf("create work dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	start := time.Now()
+	var mu sync.Mutex
+	cache := map[int64][]byte{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		// Both servers scrape within the same second; render once per second.
+		sec := int64(time.Since(start).Seconds())
+		mu.Lock()
+		body, ok := cache[sec]
+		if !ok {
+			body = exposition(disks, float64(sec), buckets)
+			cache = map[int64][]byte{sec: body}
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write(body)
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Shutdown(context.Background())
+	target := l.Addr().String()
+
+	with, err := startPrometheus(bin, dir, "with-rules", target, ruleFiles, scrape, eval)
+	if err != nil {
+		return err
+	}
+	defer with.stop()
+	without, err := startPrometheus(bin, dir, "without-rules", target, nil, scrape, eval)
+	if err != nil {
+		return err
+	}
+	defer without.stop()
+
+	fmt.Printf("# fspair rules bench %s: %d disks, scrape %s, evaluation %s, warm-up %s, %d evaluations measured\n",
+		time.Now().UTC().Format(time.RFC3339), disks, scrape, eval, warmup, samples)
+	for waited := time.Duration(0); waited < warmup; waited += time.Minute {
+		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, warmup)
+		time.Sleep(min(time.Minute, warmup-waited))
+	}
+	if _, err := with.groups(); err != nil {
+		return err
+	}
+	c0w, err := with.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	c0o, err := without.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	times := map[string][]float64{}
+	for i := 0; i < samples; i++ {
+		time.Sleep(eval)
+		g, err := with.groups()
+		if err != nil {
+			return err
+		}
+		for name, t := range g {
+			times[name] = append(times[name], t)
+		}
+		fmt.Fprintf(os.Stderr, "measured %d of %d evaluations\n", i+1, samples)
+	}
+	c1w, _ := with.cpuSeconds()
+	c1o, _ := without.cpuSeconds()
+	var names []string
+	for n := range times {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var sum, worst float64
+	for _, n := range names {
+		m := median(times[n])
+		sum += m
+		worst = math.Max(worst, m)
+		fmt.Printf("group %-24s %8.1f ms (median; min %.1f max %.1f)\n", n, m*1000, minOf(times[n])*1000, maxOf(times[n])*1000)
+	}
+	n := float64(samples)
+	fmt.Printf("groups sum %.3f s, slowest %.3f s per evaluation (wall, as Prometheus measures it)\n", sum, worst)
+	fmt.Printf("cpu per evaluation: with rules %.2f s, without %.2f s, rules add %.2f s\n",
+		(c1w-c0w)/n, (c1o-c0o)/n, ((c1w-c0w)-(c1o-c0o))/n)
+	fmt.Printf("head series: with rules %s, without %s\n", with.headSeries(), without.headSeries())
+	if warmup < time.Hour {
+		fmt.Println("note: warm-up shorter than 1h: the long-window rules read less history than in steady state")
+	}
+	return nil
+}
+
+func minOf(v []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range v {
+		m = math.Min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}

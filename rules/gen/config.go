@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// workloadNames are the workload classes of the knowledge base, in the order
+// every generated file lists them. They are the four Filebench personalities
+// the published pair study measured (rules/kdb/pairs.yaml).
+var workloadNames = []string{"web", "mail", "fileserver", "rfa"}
+
+// Classes idle and mixed complete the classifier's set.
+const (
+	classIdle  = "idle"
+	classMixed = "mixed"
+)
+
+// ErrNoSource is returned for a threshold that does not say where it came from.
+var ErrNoSource = errors.New("threshold has no source")
+
+// Thresholds is rules/classes.yaml: every number the rules compare against.
+type Thresholds struct {
+	Idle            Ramp       `yaml:"idle"`
+	Mixed           Ramp       `yaml:"mixed"`
+	HysteresisBonus Value      `yaml:"hysteresis_bonus"`
+	Workloads       []Workload `yaml:"workloads"`
+	Activity        struct {
+		ActiveIOPS Value `yaml:"active_iops"`
+	} `yaml:"activity"`
+	Efficiency struct {
+		MinGuestWriteBytes   Value `yaml:"min_guest_write_bytes_per_second"`
+		MinStageRequestsRate Value `yaml:"min_stage_requests_per_second"`
+	} `yaml:"efficiency"`
+	Fleet struct {
+		MinDisksPerPair Value `yaml:"min_disks_per_pair"`
+	} `yaml:"fleet"`
+	Alerts struct {
+		WriteAmplificationVsBest Value `yaml:"write_amplification_vs_best"`
+		LatencyOverheadVsBest    Value `yaml:"latency_overhead_vs_best"`
+		MailFlushLatencySeconds  Value `yaml:"mail_flush_latency_seconds"`
+		ContentionActiveDisks    Value `yaml:"contention_active_disks"`
+		EventsDroppedPerSecond   Value `yaml:"events_dropped_per_second"`
+	} `yaml:"alerts"`
+}
+
+// Value is a single threshold.
+type Value struct {
+	Value  *float64 `yaml:"value"`
+	Source string   `yaml:"source"`
+}
+
+// V returns the number; validate has checked it is set.
+func (v Value) V() float64 { return *v.Value }
+
+// Ramp is a membership that goes linearly between two bounds: Above ramps
+// from 0 at Above[0] to 1 at Above[1], Below from 1 at Below[0] to 0 at Below[1].
+type Ramp struct {
+	Above  []float64 `yaml:"above"`
+	Below  []float64 `yaml:"below"`
+	Source string    `yaml:"source"`
+}
+
+// Workload is one workload class and the conditions its score is made of.
+type Workload struct {
+	Name       string      `yaml:"name"`
+	Conditions []Condition `yaml:"conditions"`
+}
+
+// Condition is a ramp on one feature, weighted within its class.
+type Condition struct {
+	Feature string  `yaml:"feature"`
+	Weight  float64 `yaml:"weight"`
+	Ramp    `yaml:",inline"`
+}
+
+// decodeStrict decodes one YAML document, refusing unknown fields so that a
+// misspelt threshold is an error, not a silent default.
+func decodeStrict(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadThresholds reads and checks rules/classes.yaml.
+func LoadThresholds(path string) (*Thresholds, error) {
+	var t Thresholds
+	if err := decodeStrict(path, &t); err != nil {
+		return nil, err
+	}
+	if err := t.validate(); err != nil {
+		return nil, fmt.Errorf("check %s: %w", path, err)
+	}
+	return &t, nil
+}
+
+func (r Ramp) validate(what string) error {
+	if strings.TrimSpace(r.Source) == "" {
+		return fmt.Errorf("%s: %w", what, ErrNoSource)
+	}
+	if (r.Above == nil) == (r.Below == nil) {
+		return fmt.Errorf("%s: give exactly one of above: [lo, hi] or below: [lo, hi]", what)
+	}
+	b := r.bounds()
+	if len(b) != 2 || !(b[0] < b[1]) {
+		return fmt.Errorf("%s: bounds %v must be two numbers, lo < hi", what, b)
+	}
+	return nil
+}
+
+func (r Ramp) bounds() []float64 {
+	if r.Above != nil {
+		return r.Above
+	}
+	return r.Below
+}
+
+func (v Value) validate(what string) error {
+	if v.Value == nil {
+		return fmt.Errorf("%s: no value", what)
+	}
+	if strings.TrimSpace(v.Source) == "" {
+		return fmt.Errorf("%s: %w", what, ErrNoSource)
+	}
+	return nil
+}
+
+func (t *Thresholds) validate() error {
+	if err := t.Idle.validate("idle"); err != nil {
+		return err
+	}
+	if t.Idle.Below == nil {
+		return errors.New("idle: must be a below ramp on IOPS")
+	}
+	if err := t.Mixed.validate("mixed"); err != nil {
+		return err
+	}
+	if t.Mixed.Below == nil {
+		return errors.New("mixed: must be a below ramp on the best workload score")
+	}
+	values := map[string]Value{
+		"hysteresis_bonus":                            t.HysteresisBonus,
+		"activity.active_iops":                        t.Activity.ActiveIOPS,
+		"efficiency.min_guest_write_bytes_per_second": t.Efficiency.MinGuestWriteBytes,
+		"efficiency.min_stage_requests_per_second":    t.Efficiency.MinStageRequestsRate,
+		"fleet.min_disks_per_pair":                    t.Fleet.MinDisksPerPair,
+		"alerts.write_amplification_vs_best":          t.Alerts.WriteAmplificationVsBest,
+		"alerts.latency_overhead_vs_best":             t.Alerts.LatencyOverheadVsBest,
+		"alerts.mail_flush_latency_seconds":           t.Alerts.MailFlushLatencySeconds,
+		"alerts.contention_active_disks":              t.Alerts.ContentionActiveDisks,
+		"alerts.events_dropped_per_second":            t.Alerts.EventsDroppedPerSecond,
+	}
+	for _, name := range sortedKeys(values) {
+		if err := values[name].validate(name); err != nil {
+			return err
+		}
+	}
+	if b := t.HysteresisBonus.V(); b < 0 || b >= 1 {
+		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", b)
+	}
+	if len(t.Workloads) != len(workloadNames) {
+		return fmt.Errorf("workloads: want exactly %v, in that order", workloadNames)
+	}
+	for i, w := range t.Workloads {
+		if w.Name != workloadNames[i] {
+			return fmt.Errorf("workloads[%d] is %q: want %v, in that order", i, w.Name, workloadNames)
+		}
+		if len(w.Conditions) == 0 {
+			return fmt.Errorf("workload %s: no conditions", w.Name)
+		}
+		for j, c := range w.Conditions {
+			what := fmt.Sprintf("workload %s condition %d (%s)", w.Name, j, c.Feature)
+			if _, ok := featureByName(c.Feature); !ok {
+				return fmt.Errorf("%s: unknown feature; known: %s", what, strings.Join(featureNames(), ", "))
+			}
+			if !(c.Weight > 0) {
+				return fmt.Errorf("%s: weight must be > 0", what)
+			}
+			if err := c.Ramp.validate(what); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// KB is rules/kdb/pairs.yaml, the published knowledge base.
+type KB struct {
+	Sources   map[string]string `yaml:"sources"`
+	Workloads []KBWorkload      `yaml:"workloads"`
+}
+
+// KBWorkload is what the knowledge base says about one workload.
+type KBWorkload struct {
+	Name      string    `yaml:"name"`
+	Character string    `yaml:"character"`
+	Advice    string    `yaml:"advice"`
+	Source    string    `yaml:"source"`
+	Guest     FSVerdict `yaml:"guest"`
+	Host      FSVerdict `yaml:"host"`
+	Pairs     []Verdict `yaml:"pairs"`
+}
+
+// FSVerdict lists file systems best and worst in one layer (guest or host).
+type FSVerdict struct {
+	Best  []string `yaml:"best"`
+	Worst []string `yaml:"worst"`
+}
+
+// Verdict is one pair's verdict for a workload. Site verdicts also carry
+// Workload, Date and Measured.
+type Verdict struct {
+	Workload string             `yaml:"workload"`
+	Pair     string             `yaml:"pair"`
+	Verdict  string             `yaml:"verdict"`
+	Standout bool               `yaml:"standout"`
+	Note     string             `yaml:"note"`
+	Date     string             `yaml:"date"`
+	Measured map[string]float64 `yaml:"measured"`
+
+	// Filled in by the loader.
+	GuestFS, HostFS, Source string `yaml:"-"`
+}
+
+// SiteSource is the source label of a site's own verdicts.
+const SiteSource = "site"
+
+var (
+	fsName     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+	figureName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	isoDate    = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
+	verdicts   = map[string]bool{"best": true, "worst": true, "contested": true}
+)
+
+func (v *Verdict) parsePair() error {
+	g, h, ok := strings.Cut(v.Pair, "/")
+	if !ok || !fsName.MatchString(g) || !fsName.MatchString(h) {
+		return fmt.Errorf("pair %q: want GUEST/HOST in lower case, e.g. ext4/xfs", v.Pair)
+	}
+	v.GuestFS, v.HostFS = g, h
+	if !verdicts[v.Verdict] {
+		return fmt.Errorf("pair %s: verdict %q: want best, worst or contested", v.Pair, v.Verdict)
+	}
+	return nil
+}
+
+// LoadKB reads the published knowledge base and the site's verdicts and
+// merges them: a site verdict replaces the published one for the same
+// workload and pair, and a new site pair is added after the published ones.
+func LoadKB(published, site string) (*KB, error) {
+	var kb KB
+	if err := decodeStrict(published, &kb); err != nil {
+		return nil, err
+	}
+	if err := kb.validate(); err != nil {
+		return nil, fmt.Errorf("check %s: %w", published, err)
+	}
+	var local []Verdict
+	if err := decodeStrict(site, &local); err != nil {
+		return nil, err
+	}
+	if err := kb.merge(local); err != nil {
+		return nil, fmt.Errorf("merge %s: %w", site, err)
+	}
+	return &kb, nil
+}
+
+func (kb *KB) validate() error {
+	if len(kb.Workloads) != len(workloadNames) {
+		return fmt.Errorf("workloads: want exactly %v, in that order", workloadNames)
+	}
+	for i := range kb.Workloads {
+		w := &kb.Workloads[i]
+		if w.Name != workloadNames[i] {
+			return fmt.Errorf("workloads[%d] is %q: want %v, in that order", i, w.Name, workloadNames)
+		}
+		if _, ok := kb.Sources[w.Source]; !ok {
+			return fmt.Errorf("workload %s: source %q is not under sources", w.Name, w.Source)
+		}
+		if strings.TrimSpace(w.Advice) == "" || strings.TrimSpace(w.Character) == "" {
+			return fmt.Errorf("workload %s: character and advice are required", w.Name)
+		}
+		seen := map[string]bool{}
+		for j := range w.Pairs {
+			v := &w.Pairs[j]
+			if v.Workload != "" || v.Date != "" || v.Measured != nil {
+				return fmt.Errorf("workload %s pair %s: workload, date and measured belong in the site file", w.Name, v.Pair)
+			}
+			if err := v.parsePair(); err != nil {
+				return fmt.Errorf("workload %s: %w", w.Name, err)
+			}
+			if seen[v.Pair] {
+				return fmt.Errorf("workload %s: pair %s listed twice", w.Name, v.Pair)
+			}
+			seen[v.Pair] = true
+			v.Workload, v.Source = w.Name, w.Source
+		}
+		for _, fs := range [][]string{w.Guest.Best, w.Guest.Worst, w.Host.Best, w.Host.Worst} {
+			for _, f := range fs {
+				if !fsName.MatchString(f) {
+					return fmt.Errorf("workload %s: file system %q", w.Name, f)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (kb *KB) merge(site []Verdict) error {
+	seen := map[string]bool{}
+	for _, s := range site {
+		w := kb.workload(s.Workload)
+		if w == nil {
+			return fmt.Errorf("workload %q: want one of %v", s.Workload, workloadNames)
+		}
+		if err := s.parsePair(); err != nil {
+			return fmt.Errorf("workload %s: %w", s.Workload, err)
+		}
+		if !isoDate.MatchString(s.Date) {
+			return fmt.Errorf("workload %s pair %s: date %q: want YYYY-MM-DD", s.Workload, s.Pair, s.Date)
+		}
+		for name := range s.Measured {
+			if !figureName.MatchString(name) {
+				return fmt.Errorf("workload %s pair %s: measured figure %q: want snake_case", s.Workload, s.Pair, name)
+			}
+		}
+		key := s.Workload + " " + s.Pair
+		if seen[key] {
+			return fmt.Errorf("workload %s: pair %s listed twice", s.Workload, s.Pair)
+		}
+		seen[key] = true
+		s.Source = SiteSource
+		replaced := false
+		for i := range w.Pairs {
+			if w.Pairs[i].Pair == s.Pair {
+				w.Pairs[i], replaced = s, true
+			}
+		}
+		if !replaced {
+			w.Pairs = append(w.Pairs, s)
+		}
+	}
+	return nil
+}
+
+func (kb *KB) workload(name string) *KBWorkload {
+	for i := range kb.Workloads {
+		if kb.Workloads[i].Name == name {
+			return &kb.Workloads[i]
+		}
+	}
+	return nil
+}
+
+// betterPairs lists the pairs the knowledge base rates best for w, the
+// standouts first, each group in file order, leaving out except.
+func (w *KBWorkload) betterPairs(except string) []string {
+	var first, rest []string
+	for _, v := range w.Pairs {
+		if v.Verdict != "best" || v.Pair == except {
+			continue
+		}
+		if v.Standout {
+			first = append(first, v.Pair)
+		} else {
+			rest = append(rest, v.Pair)
+		}
+	}
+	return append(first, rest...)
+}

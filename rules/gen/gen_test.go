@@ -1,0 +1,432 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The committed inputs and outputs, relative to this package.
+var committed = Options{
+	Out: "..", Short: "5m", Long: "1h", ForScale: 1,
+	Classes: "../classes.yaml", KB: "../kdb/pairs.yaml", Site: "../kdb/site.yaml",
+}
+
+var ruleFiles = []string{"fspair.rules.yml", "fspair-kdb.rules.yml", "fspair.alerts.yml"}
+
+// TestCommittedFilesUpToDate is the drift check: regenerating with the
+// default flags gives the committed files byte for byte.
+func TestCommittedFilesUpToDate(t *testing.T) {
+	files, err := Generate(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(ruleFiles) {
+		t.Fatalf("generated %d files, want %v", len(files), ruleFiles)
+	}
+	for _, name := range ruleFiles {
+		want, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil {
+			t.Fatalf("read committed file: %v (run: go run ./rules/gen -out rules/)", err)
+		}
+		if !bytes.Equal(files[name], want) {
+			t.Errorf("rules/%s is stale: run `go run ./rules/gen -out rules/` and commit the result", name)
+		}
+	}
+	again, err := Generate(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if !bytes.Equal(files[name], again[name]) {
+			t.Errorf("%s: two generations differ; output must be deterministic", name)
+		}
+	}
+}
+
+func promtool(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found in PATH (Debian: apt-get install prometheus): %v", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+}
+
+func TestPromtoolCheckRules(t *testing.T) {
+	promtool(t, "..", append([]string{"check", "rules"}, ruleFiles...)...)
+}
+
+func testFiles(t *testing.T, glob string) []string {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no promtool test files match %s (%v)", glob, err)
+	}
+	return files
+}
+
+// TestPromtoolTestRules runs the unit tests in rules/tests on the committed files.
+func TestPromtoolTestRules(t *testing.T) {
+	var rel []string
+	for _, f := range testFiles(t, "../tests/*.yml") {
+		rel = append(rel, strings.TrimPrefix(f, "../"))
+	}
+	promtool(t, "..", append([]string{"test", "rules"}, rel...)...)
+}
+
+// promtoolTest is the part of a promtool unit test file the coverage check reads.
+type promtoolTest struct {
+	RuleFiles      []string `yaml:"rule_files"`
+	GroupEvalOrder []string `yaml:"group_eval_order"`
+	Tests          []struct {
+		Exprs []struct {
+			Expr       string `yaml:"expr"`
+			ExpSamples []struct {
+				Labels string `yaml:"labels"`
+			} `yaml:"exp_samples"`
+		} `yaml:"promql_expr_test"`
+		Alerts []struct {
+			Alertname string `yaml:"alertname"`
+			ExpAlerts []struct {
+				ExpAnnotations map[string]string `yaml:"exp_annotations"`
+			} `yaml:"exp_alerts"`
+		} `yaml:"alert_rule_test"`
+	} `yaml:"tests"`
+}
+
+type ruleFileYAML struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Record      string            `yaml:"record"`
+			Alert       string            `yaml:"alert"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func loadYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+}
+
+// TestEveryRuleTested holds the unit tests to the acceptance criteria: every
+// recorded series is the subject of a promql_expr_test with samples, every
+// alert has a test where it fires (with its annotations checked in full) and
+// one where it must not, and every test file evaluates all groups in
+// dependency order (promtool otherwise orders groups at random).
+func TestEveryRuleTested(t *testing.T) {
+	records := map[string]bool{}
+	alertAnn := map[string]int{}
+	var groups []string
+	for _, f := range ruleFiles {
+		var rf ruleFileYAML
+		loadYAML(t, filepath.Join("..", f), &rf)
+		for _, g := range rf.Groups {
+			groups = append(groups, g.Name)
+			for _, r := range g.Rules {
+				if r.Record != "" {
+					records[r.Record] = false
+				} else {
+					alertAnn[r.Alert] = len(r.Annotations)
+				}
+			}
+		}
+	}
+	wantOrder := []string{"fspair.disk", "fspair.disk.long", "fspair.efficiency", "fspair.workload",
+		"fspair.fleet", "fspair.kdb", "fspair.pairing", "fspair.alerts.pairs", "fspair.alerts.exporter"}
+	gs, ws := append([]string{}, groups...), append([]string{}, wantOrder...)
+	sort.Strings(gs)
+	sort.Strings(ws)
+	if strings.Join(gs, " ") != strings.Join(ws, " ") {
+		t.Fatalf("rule groups are %v; update wantOrder and every test file's group_eval_order", groups)
+	}
+	fires, silent := map[string]bool{}, map[string]bool{}
+	name := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	for _, f := range testFiles(t, "../tests/*.yml") {
+		var pt promtoolTest
+		loadYAML(t, f, &pt)
+		if strings.Join(pt.GroupEvalOrder, " ") != strings.Join(wantOrder, " ") {
+			t.Errorf("%s: group_eval_order must be %v", f, wantOrder)
+		}
+		for _, tg := range pt.Tests {
+			for _, e := range tg.Exprs {
+				if len(e.ExpSamples) == 0 {
+					continue
+				}
+				for _, tok := range name.FindAllString(e.Expr, -1) {
+					if _, ok := records[tok]; ok {
+						records[tok] = true
+					}
+				}
+			}
+			for _, a := range tg.Alerts {
+				if len(a.ExpAlerts) == 0 {
+					silent[a.Alertname] = true
+					continue
+				}
+				fires[a.Alertname] = true
+				for _, ea := range a.ExpAlerts {
+					if len(ea.ExpAnnotations) != alertAnn[a.Alertname] {
+						t.Errorf("%s: %s: exp_annotations must check all %d annotations", f, a.Alertname, alertAnn[a.Alertname])
+					}
+				}
+			}
+		}
+	}
+	for _, r := range sortedKeys(records) {
+		if !records[r] {
+			t.Errorf("recording rule %s has no promql_expr_test with expected samples in rules/tests", r)
+		}
+	}
+	for _, a := range sortedKeys(alertAnn) {
+		if !fires[a] {
+			t.Errorf("alert %s has no test where it fires", a)
+		}
+		if !silent[a] {
+			t.Errorf("alert %s has no test where it must not fire", a)
+		}
+	}
+}
+
+// TestShortWindows generates the CI variant and checks that it is valid,
+// named after its windows, and that `for` is scaled.
+func TestShortWindows(t *testing.T) {
+	o := committed
+	o.Short, o.Long, o.ForScale = "1m", "5m", 0.1
+	files, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promtool(t, dir, append([]string{"check", "rules"}, ruleFiles...)...)
+	rules, alerts := string(files["fspair.rules.yml"]), string(files["fspair.alerts.yml"])
+	for _, want := range []string{
+		"record: domain_disk:fspair_disk_requests:rate1m",
+		"avg_over_time(domain_disk:fspair_disk_requests:rate1m[5m])",
+		"record: domain_disk:fspair_write_amplification:ratio_rate5m",
+		"record: class_pair:fspair_write_amplification:median_ratio_rate5m",
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("CI rules lack %q", want)
+		}
+	}
+	if strings.Contains(rules, "5m]") && !strings.Contains(rules, "rate1m[5m]") || strings.Contains(rules, "[1h]") {
+		t.Errorf("CI rules still use a default window")
+	}
+	for _, want := range []string{"for: 6m", "for: 30s", "for: 1m30s", "for: 3m", "has run a {{ $labels.class }} workload for 6m"} {
+		if !strings.Contains(alerts, want) {
+			t.Errorf("CI alerts lack %q", want)
+		}
+	}
+}
+
+func TestDurations(t *testing.T) {
+	for in, want := range map[string]int64{"5m": 300, "1h": 3600, "1h30m": 5400, "90s": 90, "1d": 86400, "2w": 1209600} {
+		got, err := parseDuration(in)
+		if err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "5", "0m", "1.5h", "5 m", "m"} {
+		if _, err := parseDuration(bad); err == nil {
+			t.Errorf("parseDuration(%q): want an error", bad)
+		}
+	}
+	for secs, want := range map[int64]string{0: "0s", 45: "45s", 90: "1m30s", 300: "5m", 3600: "1h", 5430: "1h30m30s", 86400: "24h"} {
+		if got := formatDuration(secs); got != want {
+			t.Errorf("formatDuration(%d) = %q, want %q", secs, got, want)
+		}
+	}
+	if got := scaleDuration(3600, 0.1); got != "6m" {
+		t.Errorf("scaleDuration(1h, 0.1) = %q, want 6m", got)
+	}
+	if got := num(0.85 - 0.70); got != "0.15" {
+		t.Errorf("num(0.85-0.70) = %q, want 0.15", got)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for name, mod := range map[string]func(*Options){
+		"long not longer": func(o *Options) { o.Long = "5m" },
+		"bad short":       func(o *Options) { o.Short = "5 minutes" },
+		"negative scale":  func(o *Options) { o.ForScale = -1 },
+		"missing classes": func(o *Options) { o.Classes = "testdata/nonexistent.yaml" },
+	} {
+		o := committed
+		mod(&o)
+		if _, err := Generate(o); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestThresholdsValidation(t *testing.T) {
+	base, err := os.ReadFile("../classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadThresholds("../classes.yaml"); err != nil {
+		t.Fatalf("committed classes.yaml: %v", err)
+	}
+	cases := []struct {
+		name, old, new string
+		is             error
+	}{
+		{"threshold without source", "hysteresis_bonus:\n  value: 0.15\n  source: >-", "hysteresis_bonus:\n  value: 0.15\n  sourcex: >-", nil},
+		{"empty source", "  active_iops:\n    value: 10\n    source: >-\n      provisional: a disk doing at least 10 requests/s competes for the host\n      device; below that its share of a device's time is negligible.",
+			"  active_iops:\n    value: 10\n    source: \"\"", ErrNoSource},
+		{"unknown feature", "feature: random_write", "feature: random_writes", nil},
+		{"inverted ramp", "above: [0.70, 0.85]", "above: [0.85, 0.70]", nil},
+		{"both directions", "below: [0.5, 2]", "below: [0.5, 2]\n  above: [0.5, 2]", nil},
+		{"zero weight", "weight: 2", "weight: 0", nil},
+		{"workload order", "- name: web", "- name: www", nil},
+		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
+	}
+	for _, c := range cases {
+		body := strings.Replace(string(base), c.old, c.new, 1)
+		if body == string(base) {
+			t.Fatalf("%s: the edit does not apply to classes.yaml", c.name)
+		}
+		_, err := LoadThresholds(writeTemp(t, body))
+		if err == nil {
+			t.Errorf("%s: want an error", c.name)
+		} else if c.is != nil && !errors.Is(err, c.is) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.is)
+		}
+	}
+}
+
+func TestKBMerge(t *testing.T) {
+	kb, err := LoadKB("../kdb/pairs.yaml", "testdata/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail := kb.workload("mail")
+	var got []string
+	for _, v := range mail.Pairs {
+		got = append(got, v.Pair+"="+v.Verdict+"/"+v.Source)
+	}
+	// testdata/site.yaml rates mail xfs/ext4 worst (published: best) and adds
+	// a new best pair, ext4/zfs.
+	want := "btrfs/ext4=best/djordjevic2022 ext4/xfs=best/djordjevic2022 ext4/ext4=best/djordjevic2022 " +
+		"xfs/ext4=worst/site xfs/btrfs=worst/djordjevic2022 ext4/btrfs=worst/djordjevic2022 " +
+		"btrfs/btrfs=worst/djordjevic2022 xfs/xfs=worst/djordjevic2022 btrfs/xfs=contested/djordjevic2022 " +
+		"ext4/zfs=best/site"
+	if strings.Join(got, " ") != want {
+		t.Errorf("merged mail pairs:\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if b := strings.Join(mail.betterPairs("xfs/btrfs"), ", "); b != "btrfs/ext4, ext4/xfs, ext4/ext4, ext4/zfs" {
+		t.Errorf("better pairs after merge: %s", b)
+	}
+	if b := strings.Join(kb.workload("web").betterPairs("btrfs/xfs"), ", "); b != "xfs/xfs, ext4/ext4, ext4/btrfs, btrfs/ext4, ext4/xfs, xfs/ext4" {
+		t.Errorf("web better pairs: %s", b)
+	}
+
+	for name, site := range map[string]string{
+		"unknown workload": "- {workload: db, pair: ext4/xfs, verdict: best, date: \"2026-01-02\"}",
+		"bad pair":         "- {workload: web, pair: ext4-xfs, verdict: best, date: \"2026-01-02\"}",
+		"bad verdict":      "- {workload: web, pair: ext4/xfs, verdict: good, date: \"2026-01-02\"}",
+		"no date":          "- {workload: web, pair: ext4/xfs, verdict: best}",
+		"bad figure":       "- {workload: web, pair: ext4/xfs, verdict: best, date: \"2026-01-02\", measured: {Throughput: 1}}",
+		"twice":            "- {workload: web, pair: ext4/xfs, verdict: best, date: \"2026-01-02\"}\n- {workload: web, pair: ext4/xfs, verdict: worst, date: \"2026-01-02\"}",
+		"unknown field":    "- {workload: web, pair: ext4/xfs, verdict: best, date: \"2026-01-02\", score: 3}",
+	} {
+		if _, err := LoadKB("../kdb/pairs.yaml", writeTemp(t, site)); err == nil {
+			t.Errorf("site file with %s: want an error", name)
+		}
+	}
+}
+
+// TestFixture runs the promtool tests in testdata/promtool against rules
+// generated from fixed thresholds (testdata/classes.yaml) and a site file
+// (testdata/site.yaml): ramp arithmetic, hysteresis, the speed of a class
+// change, and site verdicts overriding published ones. The production tests
+// in rules/tests use saturated archetypes so that they survive threshold
+// tuning; these pin down the arithmetic in between.
+func TestFixture(t *testing.T) {
+	o := committed
+	o.Classes, o.Site = "testdata/classes.yaml", "testdata/site.yaml"
+	files, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var names []string
+	for _, f := range testFiles(t, "testdata/promtool/*.yml") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(f))
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promtool(t, dir, append([]string{"test", "rules"}, names...)...)
+}
+
+func TestMainWritesFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new")
+	args := []string{"-out", dir, "-classes", committed.Classes, "-kdb", committed.KB, "-site", committed.Site, "-short", "2m", "-long", "30m"}
+	var stderr bytes.Buffer
+	if code := run(args, &stderr); code != 0 {
+		t.Fatalf("run(%v) = %d: %s", args, code, &stderr)
+	}
+	for _, f := range ruleFiles {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("short=2m long=30m")) {
+			t.Errorf("%s: header does not record the windows", f)
+		}
+	}
+	stderr.Reset()
+	if code := run([]string{"-out", dir, "-short", "bogus", "-classes", committed.Classes}, &stderr); code == 0 {
+		t.Error("run with a bad window: want a non-zero exit")
+	}
+	if !strings.Contains(stderr.String(), `parse -short: duration "bogus"`) {
+		t.Errorf("error output %q does not name the bad flag", &stderr)
+	}
+}

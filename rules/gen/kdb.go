@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// kdbFile turns the knowledge base into constant series, so that rules,
+// alerts and dashboards can join it with live data.
+func kdbFile(p *Params) File {
+	var rules []Rule
+	for i := range p.KB.Workloads {
+		w := &p.KB.Workloads[i]
+		rules = append(rules, Rule{
+			Record: "fspair_kdb_workload_info", Expr: "vector(1)",
+			Comment: fmt.Sprintf("Workload %s: %s", w.Name, oneLine(w.Character)),
+			Labels: [][2]string{
+				{"workload", w.Name}, {"source", w.Source},
+				{"best_pairs", strings.Join(w.betterPairs(""), ", ")},
+				{"advice", oneLine(w.Advice)},
+			},
+		})
+		for _, v := range w.Pairs {
+			labels := [][2]string{
+				{"workload", w.Name}, {"guest_fs", v.GuestFS}, {"host_fs", v.HostFS},
+				{"verdict", v.Verdict}, {"standout", strconv.FormatBool(v.Standout)},
+				{"source", v.Source}, {"better_pairs", strings.Join(w.betterPairs(v.Pair), ", ")},
+			}
+			if v.Date != "" {
+				labels = append(labels, [2]string{"date", v.Date})
+			}
+			rules = append(rules, Rule{
+				Record: "fspair_kdb_pair_verdict", Expr: "vector(1)", Labels: labels,
+				Comment: oneLine(v.Note),
+			})
+			for _, fig := range sortedKeys(v.Measured) {
+				rules = append(rules, Rule{
+					Record: "fspair_kdb_site_measurement", Expr: fmt.Sprintf("vector(%s)", num(v.Measured[fig])),
+					Labels: [][2]string{
+						{"workload", w.Name}, {"guest_fs", v.GuestFS}, {"host_fs", v.HostFS},
+						{"figure", fig}, {"date", v.Date},
+					},
+				})
+			}
+		}
+		for _, layer := range []struct {
+			name string
+			fs   FSVerdict
+		}{{"guest", w.Guest}, {"host", w.Host}} {
+			for _, v := range []struct {
+				verdict string
+				list    []string
+			}{{"best", layer.fs.Best}, {"worst", layer.fs.Worst}} {
+				for _, fs := range v.list {
+					rules = append(rules, Rule{
+						Record: "fspair_kdb_fs_verdict", Expr: "vector(1)",
+						Labels: [][2]string{
+							{"workload", w.Name}, {"layer", layer.name}, {"fs", fs},
+							{"verdict", v.verdict}, {"source", w.Source},
+						},
+					})
+				}
+			}
+		}
+	}
+	return File{
+		Name:   "fspair-kdb.rules.yml",
+		Header: header(p),
+		Groups: []Group{{
+			Name: "fspair.kdb",
+			Comment: "The knowledge base as series (rules/kdb/pairs.yaml, merged with the site's rules/kdb/site.yaml):\n" +
+				"fspair_kdb_pair_verdict{workload, guest_fs, host_fs, verdict, standout, source, better_pairs} 1,\n" +
+				"fspair_kdb_workload_info{workload, source, best_pairs, advice} 1,\n" +
+				"fspair_kdb_fs_verdict{workload, layer, fs, verdict, source} 1,\n" +
+				"fspair_kdb_site_measurement{workload, guest_fs, host_fs, figure, date} = the measured figure.",
+			Rules: rules,
+		}},
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,110 @@
+// Command gen writes the fspair Prometheus rules: recording rules (per-disk
+// workload features, live workload class, pair efficiency, fleet view), the
+// knowledge base of guest/host file-system pairs as series, and the alerts.
+//
+//	go run ./rules/gen -out rules/ [-short 5m] [-long 1h] [-for-scale 1]
+//
+// The windows are flags, as monitoring mixins make them, so that CI can
+// generate a set with short windows and `for` durations (e.g. -short 1m
+// -long 5m -for-scale 0.1); the committed files use the defaults. Numbers
+// come from rules/classes.yaml, verdicts from rules/kdb/*.yaml.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+// Options are the command's flags.
+type Options struct {
+	Out, Short, Long  string
+	ForScale          float64
+	Classes, KB, Site string
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml and fspair.alerts.yml to")
+	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
+	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
+	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
+	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")
+	fs.StringVar(&o.KB, "kdb", "rules/kdb/pairs.yaml", "published knowledge base")
+	fs.StringVar(&o.Site, "site", "rules/kdb/site.yaml", "the site's own verdicts")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	files, err := Generate(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "gen:", err)
+		return 1
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "gen: create %s: %v\n", o.Out, err)
+		return 1
+	}
+	for _, name := range sortedKeys(files) {
+		p := filepath.Join(o.Out, name)
+		if err := os.WriteFile(p, files[name], 0o644); err != nil {
+			fmt.Fprintf(stderr, "gen: write %s: %v\n", p, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// Generate reads the inputs and returns the rule files by name.
+func Generate(o Options) (map[string][]byte, error) {
+	p, err := params(o)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, f := range []File{recordingFile(p), kdbFile(p), alertFile(p)} {
+		b, err := f.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		out[f.Name] = b
+	}
+	return out, nil
+}
+
+func params(o Options) (*Params, error) {
+	short, err := parseDuration(o.Short)
+	if err != nil {
+		return nil, fmt.Errorf("parse -short: %w", err)
+	}
+	long, err := parseDuration(o.Long)
+	if err != nil {
+		return nil, fmt.Errorf("parse -long: %w", err)
+	}
+	if long <= short {
+		return nil, fmt.Errorf("check windows: -long %s must be longer than -short %s", o.Long, o.Short)
+	}
+	if !(o.ForScale >= 0) {
+		return nil, fmt.Errorf("check -for-scale %v: must be >= 0", o.ForScale)
+	}
+	t, err := LoadThresholds(o.Classes)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := LoadKB(o.KB, o.Site)
+	if err != nil {
+		return nil, err
+	}
+	return &Params{
+		Short:    window{formatDuration(short), short},
+		Long:     window{formatDuration(long), long},
+		ForScale: o.ForScale,
+		T:        t,
+		KB:       kb,
+	}, nil
+}

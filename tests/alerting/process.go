@@ -1,0 +1,113 @@
+package alerting
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is a daemon the stack runs, with its output kept for failure
+// reports.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logBuffer
+	done chan struct{}
+	err  error // of Wait, set before done closes
+}
+
+// logBuffer keeps the last part of a daemon's output.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxLog = 64 << 10
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > maxLog {
+		b.buf = append([]byte(nil), b.buf[len(b.buf)-maxLog:]...)
+	}
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func startProcess(name, bin string, args ...string) (*process, error) {
+	p := &process{name: name, out: &logBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Its own process group, so that a Ctrl-C of `go test` reaches the
+	// test first and Close still gets to stop the daemon cleanly.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitReady polls url until it answers 200, the process exits or ctx ends.
+func (p *process) waitReady(ctx context.Context, url string) error {
+	c := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log:\n%s", p.name, p.err, p.out)
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s at %s: %w; its log:\n%s", p.name, url, ctx.Err(), p.out)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stop asks the daemon to exit and kills it if it has not within 10 s.
+func (p *process) stop() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s had exited already (%v)", p.name, p.err)
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s ignored SIGTERM for 10 s and was killed", p.name)
+	}
+}
+
+// freeAddr picks a free loopback port. Another process may take it before
+// the daemon binds it; the daemon then fails to start and says so.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

@@ -1,0 +1,502 @@
+package alerting
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Workload is a synthetic request stream: per-second rates and shapes from
+// which a SyntheticTarget derives every counter of a disk as rate x elapsed
+// time, so that rate() over any window gives back these numbers.
+type Workload struct {
+	ReadIOPS, WriteIOPS float64 // reads and writes per second
+	FlushPerWrite       float64 // flushes (fdatasync) per write
+	ReadSize, WriteSize float64 // bytes per request
+	RandomRead          float64 // share of reads that are random, 0..1
+	RandomWrite         float64 // share of writes that are random, 0..1
+	SyncWrite           float64 // share of writes that had to be durable (mode="flush"), 0..1
+	Outstanding         float64 // requests in flight at issue, counting itself
+
+	// Latencies of the file stage (as the VMM waits) and of the host
+	// device, in seconds.
+	ReadLatency, WriteLatency, FlushLatency float64
+	DeviceReadLatency, DeviceWriteLatency   float64
+	// DeviceReadShare is the share of read bytes the host device serves
+	// (the rest comes from the host page cache).
+	DeviceReadShare float64
+}
+
+// The four Filebench personalities of the knowledge base
+// (../shared/kdb/published-findings.yaml, workloads), as request streams on
+// the image file. Sizes and mixes follow the personalities' parameters:
+// 16 kB mean files for web and mail, 128 kB for fileserver; the character
+// strings there decide the random/sequential and sync/async shares.
+var (
+	// WorkloadMail: delete, create+append+fsync, read+append+fsync, read
+	// (varmail.f): small random writes, each made durable, and as many
+	// small random reads.
+	WorkloadMail = Workload{
+		ReadIOPS: 150, WriteIOPS: 150, FlushPerWrite: 0.9,
+		ReadSize: 16384, WriteSize: 8192, RandomRead: 0.85, RandomWrite: 0.85, SyncWrite: 0.9,
+		Outstanding: 2, ReadLatency: 0.0008, WriteLatency: 0.0012, FlushLatency: 0.004,
+		DeviceReadLatency: 0.0006, DeviceWriteLatency: 0.0008, DeviceReadShare: 0.6,
+	}
+	// WorkloadWeb: open, read whole file, close x10, then one append to a
+	// shared log (webserver.f): random reads dominate, few small appends.
+	WorkloadWeb = Workload{
+		ReadIOPS: 900, WriteIOPS: 30, FlushPerWrite: 0.5,
+		ReadSize: 16384, WriteSize: 4096, RandomRead: 0.9, RandomWrite: 0.2, SyncWrite: 0.5,
+		Outstanding: 8, ReadLatency: 0.0006, WriteLatency: 0.001, FlushLatency: 0.003,
+		DeviceReadLatency: 0.0005, DeviceWriteLatency: 0.0007, DeviceReadShare: 0.7,
+	}
+	// WorkloadFileserver: create+write whole file, append, read whole
+	// file, delete (fileserver.f): large sequential reads and writes,
+	// asynchronous.
+	WorkloadFileserver = Workload{
+		ReadIOPS: 200, WriteIOPS: 250, FlushPerWrite: 0.01,
+		ReadSize: 131072, WriteSize: 131072, RandomRead: 0.2, RandomWrite: 0.15, SyncWrite: 0.01,
+		Outstanding: 16, ReadLatency: 0.002, WriteLatency: 0.002, FlushLatency: 0.02,
+		DeviceReadLatency: 0.0015, DeviceWriteLatency: 0.0015, DeviceReadShare: 0.5,
+	}
+	// WorkloadRFA: open x3, append, read x2 (randomfileaccess.f): random
+	// reads and asynchronous random writes of varying size.
+	WorkloadRFA = Workload{
+		ReadIOPS: 400, WriteIOPS: 250, FlushPerWrite: 0.02,
+		ReadSize: 8192, WriteSize: 8192, RandomRead: 0.9, RandomWrite: 0.9, SyncWrite: 0.02,
+		Outstanding: 4, ReadLatency: 0.0009, WriteLatency: 0.0009, FlushLatency: 0.01,
+		DeviceReadLatency: 0.0007, DeviceWriteLatency: 0.0007, DeviceReadShare: 0.8,
+	}
+)
+
+// SyntheticDisk is one VM disk a SyntheticTarget exports.
+type SyntheticDisk struct {
+	Domain, UUID, TargetDevice, SourceFile string
+	Format                                 string // raw, qcow2
+	GuestFS, HostFS                        string // ext4, xfs, btrfs
+	HostDevice, HostMountpoint             string
+	Cache, AIO                             string // defaults none, native
+	Workload                               Workload
+	// DataAmplification is host-device data bytes written for the image
+	// per guest byte written; MetadataAmplification the host file
+	// system's journal and metadata bytes per guest byte written. Zero
+	// picks HostAmplification[HostFS].
+	DataAmplification, MetadataAmplification float64
+}
+
+// HostAmplification is the data and metadata bytes the host device wrote
+// per guest byte for an fsync-heavy guest, as measured in the host-side
+// test (tests/e2e TestHostSide: ext4 1.54, XFS 1.10, Btrfs 3.92 in all).
+var HostAmplification = map[string][2]float64{
+	"ext4":  {1.0, 0.54},
+	"xfs":   {1.0, 0.10},
+	"btrfs": {1.0, 2.92},
+}
+
+// SyntheticTarget serves fspair_exporter's exposition for synthetic disks
+// on loopback. Every counter grows linearly from the moment the target
+// started, so rates are exact and stable.
+type SyntheticTarget struct {
+	srv   *http.Server
+	addr  string
+	start time.Time
+
+	mu    sync.Mutex
+	disks []SyntheticDisk
+	now   func() time.Time
+}
+
+// NewSyntheticTarget starts serving /metrics for disks on 127.0.0.1.
+func NewSyntheticTarget(disks []SyntheticDisk) (*SyntheticTarget, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for synthetic target: %w", err)
+	}
+	t := &SyntheticTarget{addr: l.Addr().String(), start: time.Now(), now: time.Now}
+	t.SetDisks(disks)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Write(t.Exposition())
+	})
+	t.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go t.srv.Serve(l)
+	return t, nil
+}
+
+// Addr is the host:port to scrape.
+func (t *SyntheticTarget) Addr() string { return t.addr }
+
+// SetDisks replaces the exported disks (counters keep counting from the
+// target's start).
+func (t *SyntheticTarget) SetDisks(disks []SyntheticDisk) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.disks = append([]SyntheticDisk(nil), disks...)
+}
+
+// Close stops serving; Prometheus then sees the target down.
+func (t *SyntheticTarget) Close() error {
+	return t.srv.Close()
+}
+
+// Histogram bounds as the exporter has them (exporter/collector/disk.go):
+// latency 1 us .. 8.4 s, size 512 B .. 8 MiB, in-flight 1 .. 256, signed seek
+// distance in powers of 4 from 4 KiB.
+var (
+	latencyBounds = pow2(24, 1e-6)
+	sizeBounds    = pow2(15, 512)
+	outstBounds   = pow2(9, 1)
+	seekBounds    = seekDistanceBounds()
+)
+
+func pow2(n int, unit float64) []float64 {
+	b := make([]float64, n)
+	for i := range b {
+		b[i] = unit * math.Ldexp(1, i)
+	}
+	return b
+}
+
+func seekDistanceBounds() []float64 {
+	var b []float64
+	for k := 12; k >= 0; k-- {
+		b = append(b, -4096*math.Pow(4, float64(k)))
+	}
+	b = append(b, -1, 0)
+	for k := 0; k <= 12; k++ {
+		b = append(b, 4096*math.Pow(4, float64(k)))
+	}
+	return b
+}
+
+// exposition accumulates metric families in text format.
+type exposition struct {
+	fams  map[string]*family
+	order []string
+}
+
+type family struct {
+	typ   string
+	lines []string
+}
+
+func (e *exposition) add(name, typ string, labels [][2]string, v float64) {
+	f := e.fams[name]
+	if f == nil {
+		f = &family{typ: typ}
+		e.fams[name] = f
+		e.order = append(e.order, name)
+	}
+	f.lines = append(f.lines, sample(name, labels, v))
+}
+
+// histogram adds a histogram whose count observations all equal mean.
+func (e *exposition) histogram(name string, labels [][2]string, bounds []float64, count, mean float64) {
+	e.histogramFunc(name, labels, bounds, func(b float64) float64 {
+		if mean <= b {
+			return count
+		}
+		return 0
+	}, count, count*mean)
+}
+
+// histogramFunc adds a histogram with cum(b) observations at or below
+// each bound b.
+func (e *exposition) histogramFunc(name string, labels [][2]string, bounds []float64, cum func(float64) float64, count, sum float64) {
+	f := e.fams[name]
+	if f == nil {
+		f = &family{typ: "histogram"}
+		e.fams[name] = f
+		e.order = append(e.order, name)
+	}
+	for _, b := range bounds {
+		f.lines = append(f.lines, sample(name+"_bucket", with(labels, "le", fmtFloat(b)), cum(b)))
+	}
+	f.lines = append(f.lines,
+		sample(name+"_bucket", with(labels, "le", "+Inf"), count),
+		sample(name+"_sum", labels, sum),
+		sample(name+"_count", labels, count))
+}
+
+func (e *exposition) bytes() []byte {
+	var b bytes.Buffer
+	sort.Strings(e.order)
+	for _, n := range e.order {
+		f := e.fams[n]
+		fmt.Fprintf(&b, "# HELP %s Synthetic series of tests/alerting, shaped like fspair_exporter's.\n", n)
+		fmt.Fprintf(&b, "# TYPE %s %s\n", n, f.typ)
+		for _, l := range f.lines {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+func sample(name string, labels [][2]string, v float64) string {
+	var b strings.Builder
+	b.WriteString(name)
+	if len(labels) > 0 {
+		b.WriteByte('{')
+		for i, l := range labels {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s=%q", l[0], l[1])
+		}
+		b.WriteByte('}')
+	}
+	b.WriteByte(' ')
+	b.WriteString(fmtFloat(v))
+	return b.String()
+}
+
+func fmtFloat(v float64) string {
+	if math.IsInf(v, 1) {
+		return "+Inf"
+	}
+	return fmt.Sprintf("%g", v)
+}
+
+func with(base [][2]string, extra ...string) [][2]string {
+	l := append([][2]string(nil), base...)
+	for i := 0; i+1 < len(extra); i += 2 {
+		l = append(l, [2]string{extra[i], extra[i+1]})
+	}
+	return l
+}
+
+func def(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// Exposition renders the metrics as of now.
+func (t *SyntheticTarget) Exposition() []byte {
+	t.mu.Lock()
+	disks := append([]SyntheticDisk(nil), t.disks...)
+	el := t.now().Sub(t.start).Seconds()
+	t.mu.Unlock()
+
+	e := &exposition{fams: map[string]*family{}}
+	type dev struct {
+		labels                  [][2]string
+		disks                   float64
+		dataW, dataR, metaW     float64
+		reqDataW, reqDataR      float64
+		writeLat, readLat       float64
+		commits, flushes        float64
+		readLatSum, writeLatSum float64
+	}
+	devs := map[string]*dev{}
+	var devOrder []string
+	for _, d := range disks {
+		w := d.Workload
+		l := [][2]string{{"domain", d.Domain}, {"uuid", d.UUID}, {"target_device", d.TargetDevice}, {"source_file", d.SourceFile}}
+		e.add("fspair_disk_info", "gauge", with(l,
+			"format", def(d.Format, "raw"), "guest_fs", d.GuestFS, "guest_fs_source", "image",
+			"host_fs", d.HostFS, "host_mountpoint", d.HostMountpoint, "host_device", d.HostDevice,
+			"cache", def(d.Cache, "none"), "aio", def(d.AIO, "native"), "discovery", "static"), 1)
+
+		reads, writes := w.ReadIOPS*el, w.WriteIOPS*el
+		flushes := writes * w.FlushPerWrite
+		rbytes, wbytes := reads*w.ReadSize, writes*w.WriteSize
+		ops := []struct {
+			op         string
+			n, b, lat  float64
+			size, rand float64
+		}{
+			{"read", reads, rbytes, w.ReadLatency, w.ReadSize, w.RandomRead},
+			{"write", writes, wbytes, w.WriteLatency, w.WriteSize, w.RandomWrite},
+			{"flush", flushes, 0, w.FlushLatency, 0, 0},
+			{"discard", 0, 0, 0, 0, 0},
+			{"write_zeroes", 0, 0, 0, 0, 0},
+			{"allocate", 0, 0, 0, 0, 0},
+		}
+		var seqN, randN float64
+		for _, o := range ops {
+			ol := with(l, "op", o.op)
+			e.add("fspair_disk_requests_total", "counter", ol, math.Floor(o.n))
+			e.add("fspair_disk_bytes_total", "counter", ol, math.Floor(o.b))
+			e.add("fspair_disk_request_errors_total", "counter", ol, 0)
+			e.histogram("fspair_disk_request_duration_seconds", ol, latencyBounds, math.Floor(o.n), o.lat)
+			if o.op != "read" && o.op != "write" {
+				continue
+			}
+			e.histogram("fspair_disk_request_size_bytes", ol, sizeBounds, math.Floor(o.n), o.size)
+			e.add("fspair_disk_sequential_requests_total", "counter", ol, math.Floor(o.n*(1-o.rand)))
+			e.add("fspair_disk_random_requests_total", "counter", ol, math.Floor(o.n*o.rand))
+			seqN += math.Floor(o.n * (1 - o.rand))
+			randN += math.Floor(o.n * o.rand)
+			e.histogram("fspair_disk_stage_seconds", with(l, "op", o.op, "stage", "file"), latencyBounds, math.Floor(o.n), o.lat)
+		}
+		// Seek distances: sequential requests land at 0, random ones far
+		// away (past 256 MiB), which is what a uniform random stream over a
+		// large disk mostly shows.
+		const far = 268435456
+		for _, ref := range []string{"previous", "nearest16"} {
+			e.histogramFunc("fspair_disk_seek_distance_bytes", with(l, "reference", ref), seekBounds, func(b float64) float64 {
+				c := 0.0
+				if b >= 0 {
+					c += seqN
+				}
+				if b >= far {
+					c += randN
+				}
+				return c
+			}, seqN+randN, randN*far)
+		}
+		e.add("fspair_disk_sync_writes_total", "counter", with(l, "mode", "dsync"), 0)
+		e.add("fspair_disk_sync_writes_total", "counter", with(l, "mode", "flush"), math.Floor(writes*w.SyncWrite))
+		subs := math.Floor(reads + writes + flushes)
+		iface := map[string]string{"native": "linux_aio", "threads": "syscall", "io_uring": "io_uring"}[def(d.AIO, "native")]
+		for _, i := range []string{"syscall", "linux_aio", "io_uring"} {
+			v := 0.0
+			if i == iface {
+				v = subs
+			}
+			e.add("fspair_disk_submissions_total", "counter", with(l, "interface", i), v)
+		}
+		e.add("fspair_disk_io_uring_punted_total", "counter", l, 0)
+		e.histogram("fspair_disk_outstanding_requests", l, outstBounds, subs, math.Max(1, w.Outstanding))
+		if rate := w.ReadIOPS + w.WriteIOPS*(1+w.FlushPerWrite); rate > 0 {
+			e.histogram("fspair_disk_interarrival_seconds", l, latencyBounds, subs, 1/rate)
+		}
+		for _, op := range []string{"read", "write"} {
+			e.add("fspair_disk_format_metadata_requests_total", "counter", with(l, "op", op), 0)
+			e.add("fspair_disk_format_metadata_bytes_total", "counter", with(l, "op", op), 0)
+		}
+		e.add("fspair_disk_virtual_size_bytes", "gauge", l, 10737418240)
+
+		// Host side: the image's data on the device and the device's
+		// share of journal and metadata writes caused by this disk.
+		amp := HostAmplification[d.HostFS]
+		dataAmp, metaAmp := d.DataAmplification, d.MetadataAmplification
+		if dataAmp == 0 {
+			dataAmp = amp[0]
+		}
+		if metaAmp == 0 {
+			metaAmp = amp[1]
+		}
+		devRB, devWB := math.Floor(rbytes*w.DeviceReadShare), math.Floor(wbytes*dataAmp)
+		devRN, devWN := math.Floor(reads*w.DeviceReadShare), math.Floor(writes*dataAmp)
+		e.add("fspair_disk_device_requests_total", "counter", with(l, "op", "read"), devRN)
+		e.add("fspair_disk_device_requests_total", "counter", with(l, "op", "write"), devWN)
+		e.add("fspair_disk_device_bytes_total", "counter", with(l, "op", "read"), devRB)
+		e.add("fspair_disk_device_bytes_total", "counter", with(l, "op", "write"), devWB)
+		for _, s := range []struct {
+			op        string
+			n, dl, ql float64
+		}{{"read", devRN, w.DeviceReadLatency, w.DeviceReadLatency / 10}, {"write", devWN, w.DeviceWriteLatency, w.DeviceWriteLatency / 10}} {
+			e.histogram("fspair_disk_stage_seconds", with(l, "op", s.op, "stage", "device"), latencyBounds, s.n, s.dl)
+			e.histogram("fspair_disk_stage_seconds", with(l, "op", s.op, "stage", "host_queue"), latencyBounds, s.n, s.ql)
+		}
+		// Flush cost: a flush writes back the synced data itself and makes
+		// the journal commit the metadata that describes it.
+		synced := wbytes * w.SyncWrite
+		for _, f := range []struct {
+			source, kind string
+			b            float64
+		}{
+			{"call", "data", synced * dataAmp}, {"call", "metadata", 0}, {"call", "other", 0},
+			{"journal", "data", 0}, {"journal", "metadata", synced * metaAmp}, {"journal", "other", 0},
+		} {
+			fl := with(l, "source", f.source, "kind", f.kind)
+			e.add("fspair_disk_flush_device_write_bytes_total", "counter", fl, math.Floor(f.b))
+			e.add("fspair_disk_flush_device_writes_total", "counter", fl, math.Floor(f.b/4096))
+		}
+		e.add("fspair_disk_flush_device_cache_flushes_total", "counter", l, math.Floor(flushes))
+		if d.HostFS == "btrfs" {
+			e.add("fspair_disk_btrfs_extents_total", "counter", with(l, "mode", "cow"), math.Floor(writes))
+			e.add("fspair_disk_btrfs_extents_total", "counter", with(l, "mode", "nocow"), 0)
+			e.add("fspair_disk_btrfs_extent_bytes_total", "counter", with(l, "mode", "cow"), math.Floor(wbytes))
+			e.add("fspair_disk_btrfs_extent_bytes_total", "counter", with(l, "mode", "nocow"), 0)
+		}
+		e.add("fspair_disk_image_extents", "gauge", l, 64)
+		e.add("fspair_disk_image_allocated_bytes", "gauge", l, 4294967296)
+		e.add("fspair_disk_image_apparent_bytes", "gauge", l, 10737418240)
+
+		dv := devs[d.HostDevice]
+		if dv == nil {
+			dv = &dev{labels: [][2]string{{"host_device", d.HostDevice}, {"host_fs", d.HostFS}, {"host_mountpoint", d.HostMountpoint}}}
+			devs[d.HostDevice] = dv
+			devOrder = append(devOrder, d.HostDevice)
+		}
+		dv.disks++
+		dv.dataR += devRB
+		dv.dataW += devWB
+		dv.metaW += math.Floor(wbytes * metaAmp)
+		dv.reqDataR += devRN
+		dv.reqDataW += devWN
+		dv.readLatSum += devRN * w.DeviceReadLatency
+		dv.writeLatSum += devWN * w.DeviceWriteLatency
+		dv.commits += math.Floor(flushes)
+		dv.flushes += math.Floor(flushes)
+	}
+	for _, name := range devOrder {
+		dv := devs[name]
+		l := dv.labels
+		metaN := math.Floor(dv.metaW / 4096)
+		for _, k := range []struct {
+			kind           string
+			rn, wn, rb, wb float64
+		}{
+			{"data", dv.reqDataR, dv.reqDataW, dv.dataR, dv.dataW},
+			{"metadata", 0, metaN, 0, dv.metaW},
+			{"other", 0, 0, 0, 0},
+		} {
+			e.add("fspair_host_device_requests_total", "counter", with(l, "kind", k.kind, "op", "read"), k.rn)
+			e.add("fspair_host_device_requests_total", "counter", with(l, "kind", k.kind, "op", "write"), k.wn)
+			e.add("fspair_host_device_bytes_total", "counter", with(l, "kind", k.kind, "op", "read"), k.rb)
+			e.add("fspair_host_device_bytes_total", "counter", with(l, "kind", k.kind, "op", "write"), k.wb)
+		}
+		e.add("fspair_host_device_commits_total", "counter", l, dv.commits)
+		e.add("fspair_host_device_flushes_total", "counter", l, dv.flushes)
+		e.add("fspair_host_device_discards_total", "counter", l, 0)
+		e.add("fspair_host_device_discard_bytes_total", "counter", l, 0)
+		for _, s := range []struct {
+			op     string
+			n, sum float64
+		}{{"read", dv.reqDataR, dv.readLatSum}, {"write", dv.reqDataW + metaN, dv.writeLatSum}} {
+			mean := 0.0
+			if s.n > 0 {
+				mean = s.sum / s.n
+			}
+			e.histogram("fspair_host_device_service_seconds", with(l, "op", s.op), latencyBounds, s.n, mean)
+			e.histogram("fspair_host_device_queue_seconds", with(l, "op", s.op), latencyBounds, s.n, mean/10)
+		}
+		e.add("fspair_host_device_vm_disks", "gauge", l, dv.disks)
+	}
+
+	// The exporter's report on itself: everything healthy.
+	for _, p := range []string{"register_image", "pread64_enter", "pread64_exit", "pwrite64_enter",
+		"pwrite64_exit", "fdatasync_enter", "fdatasync_exit", "io_submit_enter", "iomap_dio_done",
+		"host_rq_issue", "host_rq_complete"} {
+		e.add("fspair_probe_attached", "gauge", [][2]string{{"program", p}}, 1)
+	}
+	for _, r := range []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long"} {
+		e.add("fspair_probe_events_dropped_total", "counter", [][2]string{{"reason", r}}, 0)
+	}
+	for _, s := range []string{"libvirt", "qemu", "static"} {
+		e.add("fspair_discovery_source_up", "gauge", [][2]string{{"source", s}}, 1)
+		e.add("fspair_discovery_errors_total", "counter", [][2]string{{"source", s}}, 0)
+	}
+	for _, c := range []string{"disk", "host", "probe", "discovery"} {
+		e.add("fspair_scrape_collector_success", "gauge", [][2]string{{"collector", c}}, 1)
+	}
+	e.add("fspair_discovery_refreshes_total", "counter", nil, math.Floor(el/5))
+	e.add("fspair_image_errors_total", "counter", nil, 0)
+	e.add("fspair_disks_tracked", "gauge", nil, float64(len(disks)))
+	e.add("fspair_disks_max", "gauge", nil, 1024)
+	e.add("fspair_disks_over_limit", "gauge", nil, 0)
+	return e.bytes()
+}
