@@ -1,0 +1,193 @@
+//go:build measure
+
+package workload
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fspair/fspair/tests/lab"
+)
+
+// The full measurement matrix, built only with -tags measure. Run it one
+// guest at a time under the lab lock, one pair per invocation so that
+// other lab users get the lock in between (ReproduceCommand gives the
+// whole sequence):
+//
+//	flock /var/tmp/fspair-lab.lock go test -tags measure -count=1 -timeout 30m \
+//	    ./tests/workload/ -run 'TestMeasure$' -pairs ext4/xfs/raw
+//
+// Each run merges its pairs into testdata/features.json; TestRender then
+// rewrites the generated part of FEATURES.md from that file.
+var (
+	flagPairs    = flag.String("pairs", strings.Join(MatrixPairs, ","), "pairs to measure, guest/host/format[/cache], comma-separated")
+	flagRuntime  = flag.Duration("runtime", 90*time.Second, "fio runtime per workload phase")
+	flagWarmup   = flag.Duration("warmup", 35*time.Second, "time skipped at the start of each phase (the guest writes dirty pages back once they are 30 s old)")
+	flagInterval = flag.Duration("interval", 5*time.Second, "scrape interval")
+	flagOut      = flag.String("out", "testdata/features.json", "results file (merged)")
+	flagSwitch   = flag.String("switch", "ext4/xfs/raw", "pair for TestSwitch")
+	flagWork     = flag.String("workloads", "web,mail,fileserver,rfa", "workloads for TestMeasure, comma-separated")
+)
+
+// TestMeasure runs the four workloads on each pair of -pairs, one guest per
+// pair, and merges the window features into -out.
+func TestMeasure(t *testing.T) {
+	bin := buildExporter(t)
+	res, err := LoadResults(*flagOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ps := range strings.Split(*flagPairs, ",") {
+		p, err := ParsePair(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(p.String(), func(t *testing.T) {
+			runs := measurePair(t, bin, p)
+			for _, r := range runs {
+				res.Put(r)
+			}
+			stampResults(res, true)
+			if err := res.Save(*flagOut); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// stampResults records the command and the setup of TestMeasure; the
+// switch recording leaves the setup of the runs alone.
+func stampResults(res *Results, runs bool) {
+	res.Updated = time.Now().UTC().Truncate(time.Second)
+	if !runs && res.Setup.RuntimeSeconds > 0 {
+		return
+	}
+	res.Setup = Setup{
+		RuntimeSeconds: flagRuntime.Seconds(), WarmupSeconds: flagWarmup.Seconds(),
+		IntervalSeconds: flagInterval.Seconds(), GuestMemMiB: guestMemMiB, GuestCPUs: 1, ImageMiB: imageMiB,
+		Notes: "TCG guest, virtio-blk, cache=none aio=native unless the pair names a cache mode; window features from counter deltas between the first scrape after the warm-up and the last within the runtime",
+	}
+}
+
+// measurePair boots one guest for p and runs every workload in turn.
+func measurePair(t *testing.T, bin string, p Pair) []RunResult {
+	ctx := context.Background()
+	l := lab.ForTest(t)
+	g := bootPair(ctx, t, l, p)
+	ex, err := StartExporter(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	if _, err := ex.WaitDisk(ctx, g.disk.File, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rec := ex.Record(ctx, g.disk.File, *flagInterval)
+	var out []RunResult
+	for _, name := range strings.Split(*flagWork, ",") {
+		w, err := ParseWorkload(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ph, err := RunPhase(ctx, g.vm, rec, w, *flagRuntime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, from, to, span, err := ph.WindowSnapshots(rec.Points(), *flagWarmup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s on %s: window %.0fs, fio %+v\n%s", w, p, span.Seconds(), ph.Fio, describe(f))
+		out = append(out, RunResult{Workload: w, Pair: p.String(), WindowSeconds: span.Seconds(),
+			Features: f, Fio: ph.Fio, Measured: time.Now().UTC().Truncate(time.Second), From: &from, To: &to})
+		if err := Clean(ctx, g.vm, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rec.Stop(); err != nil {
+		t.Logf("scrape errors (those points are missing): %v", err)
+	}
+	return out
+}
+
+// TestSwitch runs web and then mail in one running guest, scraping every
+// interval, and records sliding-window features across the switch.
+func TestSwitch(t *testing.T) {
+	p, err := ParsePair(*flagSwitch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildExporter(t)
+	res, err := LoadResults(*flagOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := lab.ForTest(t)
+	g := bootPair(ctx, t, l, p)
+	ex, err := StartExporter(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	if _, err := ex.WaitDisk(ctx, g.disk.File, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rec := ex.Record(ctx, g.disk.File, *flagInterval)
+	if _, err := RunPhase(ctx, g.vm, rec, Web, *flagRuntime); err != nil {
+		t.Fatal(err)
+	}
+	pts := rec.Points()
+	switchAt := pts[len(pts)-1].Time.Sub(pts[0].Time).Seconds()
+	// No cleaning in between: the web files stay, as on a real server
+	// whose work changes.
+	if _, err := RunPhase(ctx, g.vm, rec, Mail, *flagRuntime); err != nil {
+		t.Fatal(err)
+	}
+	pts, err = rec.Stop()
+	if err != nil {
+		t.Logf("scrape errors: %v", err)
+	}
+	sw := Switch{Pair: p.String(), From: Web, To: Mail, SwitchAt: switchAt,
+		Measured: time.Now().UTC().Truncate(time.Second), Points: pts}
+	samples := Windows(pts, SwitchWindow)
+	for _, s := range samples {
+		t.Logf("t=%5.0fs phase=%-16s class=%-10s read_share=%s flushes/write=%s sync=%s",
+			s.At, s.Phase, Classify(s.Features), fv(s.Features, FeatReadShare), fv(s.Features, FeatFlushesPerWrite), fv(s.Features, FeatSyncWriteShare))
+	}
+	t.Logf("class right %.0fs after the switch", FirstRight(samples, switchAt, Class(Mail)))
+	res.PutSwitch(sw)
+	stampResults(res, false)
+	if err := res.Save(*flagOut); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRender derives the features in -out again from the stored scrapes
+// (after a change to Compute), rewrites it in the current schema, and
+// rewrites the generated part of FEATURES.md from it.
+func TestRender(t *testing.T) {
+	res, err := LoadResults(*flagOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Recompute()
+	if err := res.Save(*flagOut); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("FEATURES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Splice(string(doc), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("FEATURES.md", []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
