@@ -522,8 +522,8 @@ static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
 	return s.total;
 }
 
-/* Park a submitted synchronous call on file f in the thread's storage until its exit. */
-static __always_inline void call_park(struct inflight *rec, struct file *f)
+/* Park a submitted synchronous call on an image inode in the thread's storage until its exit. */
+static __always_inline void call_park(struct inflight *rec, u64 inode)
 {
 	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0,
 						 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -533,7 +533,7 @@ static __always_inline void call_park(struct inflight *rec, struct file *f)
 		return;
 	}
 	t->call = *rec;
-	t->inode = (u64)BPF_CORE_READ(f, f_inode);
+	t->inode = inode;
 	t->dirtied = 0;
 	t->cause = 0;
 }
@@ -583,13 +583,17 @@ static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsyn
 {
 	struct inflight rec = {};
 	struct file *f;
+	u64 inode;
 	u32 *slot;
 	bool dsync;
 
 	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	f = fd_file(fd);
-	slot = file_slot(f);
+	if (!f)
+		return 0;
+	inode = (u64)BPF_CORE_READ(f, f_inode);
+	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	if (!slot)
 		return 0;
 	dsync = op == OP_WRITE && (dsync_call || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
@@ -597,7 +601,7 @@ static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsyn
 		return 0;
 	if (op == OP_FLUSH && !rec.format)
 		flush_window_open(&rec, f);
-	call_park(&rec, f);
+	call_park(&rec, inode);
 	return 0;
 }
 
@@ -688,23 +692,26 @@ int pwrite64_exit(struct syscall_exit_ctx *ctx)
 static __always_inline int vec_enter(struct syscall_enter_ctx *ctx, u8 op, u64 rwf)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	struct inflight rec;
+	struct inflight rec = {}; /* rec.dev stays 0: only flushes open a flush window */
 	struct file *f;
 	u32 *slot;
-	u64 len;
+	u64 len, inode;
 	bool dsync;
 
 	if (!task_followed(id >> 32))
 		return 0;
 	f = fd_file(ctx->args[0]);
-	slot = file_slot(f);
+	if (!f)
+		return 0;
+	inode = (u64)BPF_CORE_READ(f, f_inode);
+	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	if (!slot)
 		return 0;
 	len = iov_bytes((const struct iovec *)ctx->args[1], ctx->args[2]);
 	dsync = op == OP_WRITE &&
 		((rwf & (RWF_DSYNC | RWF_SYNC)) || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
 	if (submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
-		call_park(&rec, f);
+		call_park(&rec, inode);
 	return 0;
 }
 

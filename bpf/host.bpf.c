@@ -458,15 +458,17 @@ int host_rq_complete(u64 *ctx)
 	now = bpf_ktime_get_ns();
 	service = now - slot->issue_ns;
 	start = rq->start_time_ns;
-	if (start && slot->issue_ns > start)
-		queue = slot->issue_ns - start;
 	slot->rq = 0;
 	hist(dc->service[dir], &dc->service_sum_ns[dir], service);
-	hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
-	if (ic) {
+	if (ic)
 		hist(ic->service[dir], &ic->service_sum_ns[dir], service);
+	/* Without I/O statistics on the queue the allocation time is 0: no queue time, not a zero one. */
+	if (!start || slot->issue_ns < start)
+		return 0;
+	queue = slot->issue_ns - start;
+	hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
+	if (ic)
 		hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);
-	}
 	return 0;
 }
 
