@@ -74,10 +74,11 @@ type Workload struct {
 	Conditions []Condition `yaml:"conditions"`
 }
 
-// Condition is a ramp on one feature, weighted within its class.
+// Condition is a ramp on one feature. A class's score is the product of its
+// conditions' ramps: every condition must hold, as in the measured cut points
+// (tests/workload/FEATURES.md), and a condition half met halves the score.
 type Condition struct {
-	Feature string  `yaml:"feature"`
-	Weight  float64 `yaml:"weight"`
+	Feature string `yaml:"feature"`
 	Ramp    `yaml:",inline"`
 }
 
@@ -186,9 +187,6 @@ func (t *Thresholds) validate() error {
 			what := fmt.Sprintf("workload %s condition %d (%s)", w.Name, j, c.Feature)
 			if _, ok := featureByName(c.Feature); !ok {
 				return fmt.Errorf("%s: unknown feature; known: %s", what, strings.Join(featureNames(), ", "))
-			}
-			if !(c.Weight > 0) {
-				return fmt.Errorf("%s: weight must be > 0", what)
 			}
 			if err := c.Ramp.validate(what); err != nil {
 				return err

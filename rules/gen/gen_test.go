@@ -311,10 +311,10 @@ func TestThresholdsValidation(t *testing.T) {
 		{"threshold without source", "hysteresis_bonus:\n  value: 0.15\n  source: >-", "hysteresis_bonus:\n  value: 0.15\n  sourcex: >-", nil},
 		{"empty source", "  active_iops:\n    value: 10\n    source: >-\n      provisional: a disk doing at least 10 requests/s competes for the host\n      device; below that its share of a device's time is negligible.",
 			"  active_iops:\n    value: 10\n    source: \"\"", ErrNoSource},
-		{"unknown feature", "feature: random_write", "feature: random_writes", nil},
-		{"inverted ramp", "above: [0.70, 0.85]", "above: [0.85, 0.70]", nil},
+		{"unknown feature", "feature: random_read_share", "feature: random_reads", nil},
+		{"inverted ramp", "above: [0.50, 0.70]", "above: [0.70, 0.50]", nil},
 		{"both directions", "below: [0.5, 2]", "below: [0.5, 2]\n  above: [0.5, 2]", nil},
-		{"zero weight", "weight: 2", "weight: 0", nil},
+		{"weights are gone (scores are products)", "- feature: random_read_share\n", "- feature: random_read_share\n        weight: 2\n", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
 	}

@@ -165,6 +165,11 @@ func featureRules(w window) []Rule {
 			"Operation mix: random reads, sequential reads, random writes and sequential writes as shares "+
 				"of all classified requests; the four add up to 1. (The exporter has no byte counters by "+
 				"pattern, so the byte mix is by operation only: domain_disk:fspair_disk_bytes:ratio_rate.)"),
+		rec(w, "domain_disk:fspair_disk_random_requests:ratio_rate${w}", `
+  domain_disk:fspair_disk_pattern_requests:rate${w}{pattern="random"}
+/ ignoring (pattern)
+  (sum without (pattern) (domain_disk:fspair_disk_pattern_requests:rate${w}) > 0)`,
+			"Random share of each operation: random reads per classified read, random writes per classified write."),
 		rec(w, "domain_disk:fspair_disk_sync_writes:ratio_rate${w}", `
 clamp_max(
     domain_disk:fspair_disk_sync_writes:rate${w}

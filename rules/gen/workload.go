@@ -20,6 +20,8 @@ var features = []feature{
 	{"read_share", `sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`},
 	{"random_read", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="read", pattern="random"})`},
 	{"random_write", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="write", pattern="random"})`},
+	{"random_read_share", `sum without (op) (domain_disk:fspair_disk_random_requests:ratio_rate${w}{op="read"})`},
+	{"random_write_share", `sum without (op) (domain_disk:fspair_disk_random_requests:ratio_rate${w}{op="write"})`},
 	{"sequential_read", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="read", pattern="sequential"})`},
 	{"sequential_write", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="write", pattern="sequential"})`},
 	{"random", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{pattern="random"})`},
@@ -79,15 +81,13 @@ func workloadRules(p *Params) []Rule {
 	}
 	for _, wl := range t.Workloads {
 		var terms []string
-		var total float64
 		for _, c := range wl.Conditions {
 			f, _ := featureByName(c.Feature)
-			terms = append(terms, fmt.Sprintf("%s * %s", num(c.Weight), ramp(c.Ramp, "("+f.expr+")")))
-			total += c.Weight
+			terms = append(terms, ramp(c.Ramp, "("+f.expr+")"))
 		}
-		expr := fmt.Sprintf("(\n    %s\n) / %s\n%s\nor\n  %s", strings.Join(terms, "\n  + "), num(total), notIdle, zeroForEveryDisk)
+		expr := fmt.Sprintf("(\n    %s\n)\n%s\nor\n  %s", strings.Join(terms, "\n  * "), notIdle, zeroForEveryDisk)
 		out = append(out, rec(w, scoreName, expr,
-			fmt.Sprintf("Score of class %s: the weighted mean of its conditions in rules/classes.yaml, "+
+			fmt.Sprintf("Score of class %s: the product of its conditions in rules/classes.yaml (all must hold), "+
 				"each a ramp on one feature, damped by the idle score. A disk that cannot show one of "+
 				"the features (a write feature without writes, a read feature without reads) scores 0.",
 				wl.Name),
