@@ -222,38 +222,48 @@ func (s *server) cpuSeconds() (float64, error) {
 	return (u + st) / clkTck, nil
 }
 
-type groupTimes map[string]float64
+// groupTimes are Prometheus' own evaluation times of the last evaluation:
+// per group, and per rule (keyed "group/rule"), in seconds, with each
+// group's interval.
+type groupTimes struct {
+	group, rule, interval map[string]float64
+}
 
 func (s *server) groups() (groupTimes, error) {
 	resp, err := http.Get(s.url + "/api/v1/rules")
 	if err != nil {
-		return nil, fmt.Errorf("query rules: %w", err)
+		return groupTimes{}, fmt.Errorf("query rules: %w", err)
 	}
 	defer resp.Body.Close()
 	var r struct {
 		Data struct {
 			Groups []struct {
 				Name           string  `json:"name"`
+				Interval       float64 `json:"interval"`
 				EvaluationTime float64 `json:"evaluationTime"`
 				Rules          []struct {
-					Health    string `json:"health"`
-					LastError string `json:"lastError"`
-					Name      string `json:"name"`
+					Health         string  `json:"health"`
+					LastError      string  `json:"lastError"`
+					Name           string  `json:"name"`
+					EvaluationTime float64 `json:"evaluationTime"`
 				} `json:"rules"`
 			} `json:"groups"`
 		} `json:"data"`
 	}
+	g := groupTimes{group: map[string]float64{}, rule: map[string]float64{}, interval: map[string]float64{}}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("decode rules: %w", err)
+		return g, fmt.Errorf("decode rules: %w", err)
 	}
-	g := groupTimes{}
 	for _, gr := range r.Data.Groups {
-		for _, rule := range gr.Rules {
+		for i, rule := range gr.Rules {
 			if rule.Health == "err" {
-				return nil, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, gr.Name, rule.LastError)
+				return g, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, gr.Name, rule.LastError)
 			}
+			// A name repeats within a group (one per label set); the index keeps them apart.
+			g.rule[fmt.Sprintf("%s/%02d %s", gr.Name, i, rule.Name)] = rule.EvaluationTime
 		}
-		g[gr.Name] = gr.EvaluationTime
+		g.group[gr.Name] = gr.EvaluationTime
+		g.interval[gr.Name] = gr.Interval
 	}
 	return g, nil
 }
@@ -373,16 +383,21 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 	if err != nil {
 		return err
 	}
-	times := map[string][]float64{}
+	times, ruleTimes := map[string][]float64{}, map[string][]float64{}
+	var intervals map[string]float64
 	for i := 0; i < samples; i++ {
 		time.Sleep(eval)
 		g, err := with.groups()
 		if err != nil {
 			return err
 		}
-		for name, t := range g {
+		for name, t := range g.group {
 			times[name] = append(times[name], t)
 		}
+		for name, t := range g.rule {
+			ruleTimes[name] = append(ruleTimes[name], t)
+		}
+		intervals = g.interval
 		fmt.Fprintf(os.Stderr, "measured %d of %d evaluations\n", i+1, samples)
 	}
 	c1w, _ := with.cpuSeconds()
@@ -392,15 +407,21 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var sum, worst float64
+	var sum, worst, perMinute float64
 	for _, n := range names {
 		m := median(times[n])
 		sum += m
 		worst = math.Max(worst, m)
-		fmt.Printf("group %-24s %8.1f ms (median; min %.1f max %.1f)\n", n, m*1000, minOf(times[n])*1000, maxOf(times[n])*1000)
+		iv := intervals[n]
+		if iv <= 0 {
+			iv = eval.Seconds()
+		}
+		perMinute += m * 60 / iv
+		fmt.Printf("group %-24s every %4.0fs %8.1f ms (median; min %.1f max %.1f)\n", n, iv, m*1000, minOf(times[n])*1000, maxOf(times[n])*1000)
 	}
 	n := float64(samples)
-	fmt.Printf("groups sum %.3f s, slowest %.3f s per evaluation (wall, as Prometheus measures it)\n", sum, worst)
+	fmt.Printf("groups sum %.3f s, slowest %.3f s per evaluation (wall, as Prometheus measures it); %.3f s per minute with each group at its interval\n", sum, worst, perMinute)
+	printTopRules(ruleTimes, 15)
 	fmt.Printf("cpu per evaluation: with rules %.2f s, without %.2f s, rules add %.2f s\n",
 		(c1w-c0w)/n, (c1o-c0o)/n, ((c1w-c0w)-(c1o-c0o))/n)
 	fmt.Printf("head series: with rules %s, without %s\n", with.headSeries(), without.headSeries())
@@ -408,6 +429,22 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 		fmt.Println("note: warm-up shorter than 1h: the long-window rules read less history than in steady state")
 	}
 	return nil
+}
+
+// printTopRules prints the n rules with the highest median evaluation time.
+func printTopRules(times map[string][]float64, n int) {
+	type rt struct {
+		name string
+		t    float64
+	}
+	var all []rt
+	for name, v := range times {
+		all = append(all, rt{name, median(v)})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].t > all[j].t })
+	for i := 0; i < len(all) && i < n; i++ {
+		fmt.Printf("rule %-90s %8.1f ms\n", all[i].name, all[i].t*1000)
+	}
 }
 
 func minOf(v []float64) float64 {

@@ -24,9 +24,10 @@ type Rule struct {
 
 // Group is a rule group.
 type Group struct {
-	Name    string
-	Comment string
-	Rules   []Rule
+	Name     string
+	Comment  string
+	Interval string // empty: Prometheus' global evaluation_interval
+	Rules    []Rule
 }
 
 // File is one rule file.
@@ -123,7 +124,11 @@ func (f File) Marshal() ([]byte, error) {
 		for _, r := range g.Rules {
 			rules.Content = append(rules.Content, r.node())
 		}
-		gn := mapping("name", g.Name, "rules", rules)
+		kv := []any{"name", g.Name}
+		if g.Interval != "" {
+			kv = append(kv, "interval", g.Interval)
+		}
+		gn := mapping(append(kv, "rules", rules)...)
 		gn.HeadComment = comment(g.Comment)
 		groups.Content = append(groups.Content, gn)
 	}

@@ -281,26 +281,37 @@ or on (${dev})
 		"Contention: VM disks on the host device doing at least activity.active_iops requests per second (0 when none).")
 }
 
+// longInterval is how often the long-window groups are evaluated: a
+// twentieth of the long window (3m for 1h). Their series move slowly, and at
+// 2,000 disks they are about half the cost of the rule set (rules/README.md,
+// Cost). It stays below Prometheus' 5m lookback so that readers of these
+// series (the fleet rules, the alerts, dashboards) never see a gap.
+func longInterval(l window) string {
+	return formatDuration(max(l.secs/20, 1))
+}
+
 func recordingFile(p *Params) File {
 	s, l := p.Short, p.Long
 	disk := append(baseRules(s, s, false), featureRules(s)...)
 	diskLong := append(baseRules(s, l, true), featureRules(l)...)
-	eff := append(efficiencyRules(s, p.T), efficiencyRules(l, p.T)...)
-	eff = append(eff, activeDisksRule(s, p.T))
+	eff := append(efficiencyRules(s, p.T), activeDisksRule(s, p.T))
+	li := longInterval(l)
 	return File{
 		Name:   "fspair.rules.yml",
 		Header: header(p),
 		Groups: []Group{
 			{Name: "fspair.disk", Rules: disk,
 				Comment: fmt.Sprintf("Per-disk rates and workload features over the short window (%s).", s.name)},
-			{Name: "fspair.disk.long", Rules: diskLong,
-				Comment: fmt.Sprintf("Per-disk rates and workload features over the long window (%s).", l.name)},
+			{Name: "fspair.disk.long", Rules: diskLong, Interval: li,
+				Comment: fmt.Sprintf("Per-disk rates and workload features over the long window (%s), evaluated every %s.", l.name, li)},
 			{Name: "fspair.efficiency", Rules: eff,
-				Comment: "Pair efficiency per disk and per host device: write amplification, host-FS latency overhead, flush cost, contention."},
+				Comment: "Pair efficiency per disk and per host device over the short window: write amplification, host-FS latency overhead, flush cost, contention."},
+			{Name: "fspair.efficiency.long", Rules: efficiencyRules(l, p.T), Interval: li,
+				Comment: fmt.Sprintf("Pair efficiency over the long window (%s), evaluated every %s: what the fleet view and the efficiency alerts compare.", l.name, li)},
 			{Name: "fspair.workload", Rules: workloadRules(p),
 				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis) and a confidence."},
-			{Name: "fspair.fleet", Rules: fleetRules(p),
-				Comment: "Fleet view: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it."},
+			{Name: "fspair.fleet", Rules: fleetRules(p), Interval: li,
+				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it.", li)},
 			{Name: "fspair.pairing", Rules: pairingRules(),
 				Comment: "Each disk's live class joined with the knowledge base's verdict on its pair."},
 		},
