@@ -406,28 +406,50 @@ func (d *Discoverer) config() *Config {
 }
 
 // identify stats every disk's image file, in the VMM's mount namespace when
-// its process is known.
+// its process is known, and finds the file among the process's open files
+// (Disk.OpenPath).
 func (d *Discoverer) identify(ctx context.Context, disks []Disk) []found {
 	out := make([]found, 0, len(disks))
+	fds := map[int][]fdLink{} // open files by process, read once per call
 	for _, disk := range disks {
 		f := found{Disk: disk}
 		if ctx.Err() == nil {
-			f.id, f.hasID = d.fileID(disk)
+			f.id, f.hasID = d.fileID(&f.Disk, fds)
 		}
 		out = append(out, f)
 	}
 	return out
 }
 
-func (d *Discoverer) fileID(disk Disk) (fileID, bool) {
+// fileID returns the identity of the image file the disk's VM uses. With
+// the VMM process known, that is the file the process holds open under the
+// disk's path, and disk.OpenPath is set to its descriptor: the path alone
+// names whatever file is there now, which after an image was replaced
+// under a running VM is not the one the VM reads and writes.
+func (d *Discoverer) fileID(disk *Disk, fds map[int][]fdLink) (fileID, bool) {
+	var (
+		pathID fileID
+		pathOK bool
+	)
 	if disk.PID > 0 {
 		p := filepath.Join(d.opts.ProcRoot, strconv.Itoa(disk.PID), "root", disk.SourceFile)
-		if id, _, ok := statID(p); ok {
-			return id, true
+		pathID, _, pathOK = statID(p)
+	}
+	if !pathOK {
+		pathID, _, pathOK = statID(disk.SourceFile)
+	}
+	if disk.PID > 0 {
+		links, ok := fds[disk.PID]
+		if !ok {
+			links = openFiles(filepath.Join(d.opts.ProcRoot, strconv.Itoa(disk.PID), "fd"))
+			fds[disk.PID] = links
+		}
+		if l, ok := heldOpen(links, disk.SourceFile, pathID, pathOK); ok {
+			disk.OpenPath = l.link
+			return l.id, true
 		}
 	}
-	id, _, ok := statID(disk.SourceFile)
-	return id, ok
+	return pathID, pathOK
 }
 
 // stillRunning drops stale disks whose VMM process is known to be gone.
@@ -551,7 +573,7 @@ func fill(dst *Disk, src Disk) {
 	for _, f := range []struct{ d, s *string }{
 		{&dst.Domain, &src.Domain}, {&dst.UUID, &src.UUID}, {&dst.TargetDevice, &src.TargetDevice},
 		{&dst.Format, &src.Format}, {&dst.Cache, &src.Cache}, {&dst.AIO, &src.AIO},
-		{&dst.Discard, &src.Discard}, {&dst.GuestFS, &src.GuestFS},
+		{&dst.Discard, &src.Discard}, {&dst.GuestFS, &src.GuestFS}, {&dst.OpenPath, &src.OpenPath},
 	} {
 		if *f.d == "" {
 			*f.d = *f.s

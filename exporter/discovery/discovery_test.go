@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,21 +78,24 @@ guest_fs_overrides:
 	}
 
 	uuid := "8f4b2c1e-5d3a-4e6f-9a8b-7c6d5e4f3a2b"
+	// Disks of a known process are opened through its descriptors.
+	fd := func(pid, n int) string { return filepath.Join(procRoot, strconv.Itoa(pid), "fd", strconv.Itoa(n)) }
 	want := []Disk{
 		{Domain: "bare", SourceFile: filepath.Join(img, "static-only.raw"), Source: SourceStatic},
 		// Static names the VM differently; same file, so the same disk:
 		// the static entry's fields win, QEMU fills the rest.
 		{Domain: "vm-two", TargetDevice: "vdz", SourceFile: filepath.Join(img, "vm2", "disk.raw"), Source: SourceStatic,
-			PID: 4243, Format: "raw", Cache: "writethrough", AIO: "threads", Discard: "ignore", GuestFS: "ext4"},
+			PID: 4243, Format: "raw", Cache: "writethrough", AIO: "threads", Discard: "ignore", GuestFS: "ext4",
+			OpenPath: fd(4243, 7)},
 		{Domain: "web01", UUID: uuid, SourceFile: filepath.Join(img, "hotplug.qcow2"), Source: SourceQEMU,
-			PID: 4242, Format: "qcow2", Cache: CacheDirect},
+			PID: 4242, Format: "qcow2", Cache: CacheDirect, OpenPath: fd(4242, 12)},
 		// libvirt's path, libvirt's metadata; AIO and discard from the
 		// command line (the QEMU side named it through a symlink).
 		{Domain: "web01", UUID: uuid, TargetDevice: "vda", SourceFile: filepath.Join(img, "web01.qcow2"), Source: SourceLibvirt,
-			PID: 4242, Format: "qcow2", Cache: "none", AIO: "native", Discard: "unmap", GuestFS: "xfs"},
+			PID: 4242, Format: "qcow2", Cache: "none", AIO: "native", Discard: "unmap", GuestFS: "xfs", OpenPath: fd(4242, 10)},
 		// Found by QEMU only through its open file; libvirt names it.
 		{Domain: "web01", UUID: uuid, TargetDevice: "vdb", SourceFile: filepath.Join(img, "hot.raw"), Source: SourceLibvirt,
-			PID: 4242, Format: "raw", GuestFS: "btrfs"},
+			PID: 4242, Format: "raw", GuestFS: "btrfs", OpenPath: fd(4242, 14)},
 	}
 	diffDisks(t, res.Disks, want)
 	if len(res.Errors) != 1 || res.Errors[SourceStatic] == nil || !strings.Contains(res.Errors[SourceStatic].Error(), "not-there.raw") {

@@ -38,6 +38,13 @@ type Disk struct {
 	Discard      string // unmap|ignore|""
 	ReadOnly     bool
 	GuestFS      string // operator override ("" = detect from image bytes)
+
+	// OpenPath is where to open the image file the VM uses:
+	// /proc/PID/fd/N when discovery found the VMM process holding it
+	// open, "" to open SourceFile. The two differ when the image was
+	// replaced (a new file renamed over SourceFile) or removed while the
+	// VM runs: the VM keeps reading and writing the file it opened.
+	OpenPath string
 }
 
 // cacheMode names the QEMU cache mode for the three flags it is made of

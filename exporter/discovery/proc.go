@@ -379,6 +379,89 @@ func (s *ProcScanner) scanFDs(dir string, vm *VM, stats *ScanStats) error {
 	return nil
 }
 
+// fdLink is an open file of a process, by descriptor.
+type fdLink struct {
+	link   string // /proc/PID/fd/N
+	target string // the file's path, " (deleted)" at the end once unlinked
+	id     fileID
+	stated bool // id was looked up
+	ok     bool // and found
+}
+
+// stat returns the identity of the open file (following the link reaches
+// the file itself, unlinked or not), looked up once.
+func (l *fdLink) stat() (fileID, bool) {
+	if !l.stated {
+		l.stated = true
+		var fi os.FileInfo
+		l.id, fi, l.ok = statID(l.link)
+		l.ok = l.ok && fi.Mode().IsRegular()
+	}
+	return l.id, l.ok
+}
+
+// openFiles lists the descriptors of a process that name files by path
+// (not sockets, pipes or anonymous inodes). It returns nil when fdDir
+// cannot be read: the process is gone, or looking at its descriptors needs
+// ptrace access (proc(5), /proc/pid/fd) that the exporter lacks.
+func openFiles(fdDir string) []fdLink {
+	entries, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil
+	}
+	if len(entries) > maxFDs {
+		entries = entries[:maxFDs]
+	}
+	var out []fdLink
+	for _, e := range entries {
+		link := filepath.Join(fdDir, e.Name())
+		target, err := os.Readlink(link)
+		if err != nil || !strings.HasPrefix(target, "/") {
+			continue
+		}
+		out = append(out, fdLink{link: link, target: target})
+	}
+	return out
+}
+
+// heldOpen picks, among a process's open files, the one that is the disk
+// image named path, whose current file (if any) has identity pathID. It
+// prefers the file now at path; failing that, a file unlinked from path,
+// which the kernel shows as "path (deleted)" (fs/d_path.c d_path()): that
+// is what a VM holds after its image was replaced by a rename over it, or
+// removed, while it ran. A file moved elsewhere while the VM runs is not
+// found (nothing ties it to the disk) and path is used as it is.
+func heldOpen(links []fdLink, path string, pathID fileID, pathOK bool) (fdLink, bool) {
+	clean := filepath.Clean(path)
+	var unlinked *fdLink
+	for i := range links {
+		l := &links[i]
+		switch l.target {
+		case clean:
+			if id, ok := l.stat(); ok && pathOK && id == pathID {
+				return *l, true
+			}
+		case clean + " (deleted)":
+			if _, ok := l.stat(); ok && unlinked == nil {
+				unlinked = l
+			}
+		}
+	}
+	if pathOK {
+		// The command line may reach the file through a symbolic link
+		// or a mount of its own namespace: match by identity.
+		for i := range links {
+			if id, ok := links[i].stat(); ok && id == pathID {
+				return links[i], true
+			}
+		}
+	}
+	if unlinked != nil {
+		return *unlinked, true
+	}
+	return fdLink{}, false
+}
+
 func diskFiles(vm *VM) []string {
 	out := make([]string, 0, len(vm.Disks))
 	for _, d := range vm.Disks {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -192,6 +193,11 @@ func TestScanProcLiveQEMU(t *testing.T) {
 	var mine []Disk
 	for _, d := range res.Disks {
 		if d.PID == pid || d.Domain == "t1" {
+			// Opened where the QEMU process holds it (Disk.OpenPath).
+			if !strings.HasPrefix(d.OpenPath, fmt.Sprintf("/proc/%d/fd/", pid)) || !sameFile(t, d.OpenPath, img) {
+				t.Errorf("OpenPath %q: not a descriptor of QEMU (pid %d) open on %s", d.OpenPath, pid, img)
+			}
+			d.OpenPath = ""
 			mine = append(mine, d)
 		}
 	}
@@ -234,4 +240,18 @@ func TestScanProcLiveQEMU(t *testing.T) {
 		got[d.SourceFile] = d
 	}
 	diffDisks(t, []Disk{vm.Disks[0], got[hot], got[overlay]}, []Disk{want, hotDisk, ovlDisk})
+}
+
+// sameFile reports whether two paths reach the same file.
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(fa, fb)
 }

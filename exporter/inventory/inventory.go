@@ -226,7 +226,7 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	var imageErrs uint64
 	untrackable := 0
 	for _, d := range res.Disks {
-		id, err := statID(d.SourceFile)
+		id, err := statID(imagePath(d))
 		if err != nil {
 			// A VM that stops between discovery and here, or a path
 			// the exporter cannot see: skip it this round.
@@ -299,6 +299,16 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// imagePath is where to open the image file the disk's VM uses: the VMM's
+// own descriptor when discovery found one, so that an image replaced or
+// removed under a running VM is still the file followed.
+func imagePath(d discovery.Disk) string {
+	if d.OpenPath != "" {
+		return d.OpenPath
+	}
+	return d.SourceFile
+}
+
 func statID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
@@ -315,7 +325,7 @@ func (inv *Inventory) add(id fileID, d discovery.Disk) (*entry, error) {
 	if len(inv.free) == 0 {
 		return nil, ErrLimit
 	}
-	f, err := os.Open(d.SourceFile)
+	f, err := os.Open(imagePath(d))
 	if err != nil {
 		return nil, fmt.Errorf("open image %s: %w", d.SourceFile, err)
 	}
@@ -375,8 +385,11 @@ func (inv *Inventory) identify(e *entry) error {
 	if e.Format == diskimage.FormatRaw || e.Format == diskimage.FormatQcow2 {
 		format = e.Format
 	}
-	info, err := diskimage.ProbeFileAs(e.SourceFile, format)
+	// Read through the descriptor held since the disk was tracked, not
+	// the path: the path may name another file by now.
+	info, err := probeOpen(e.file, format)
 	if err != nil {
+		err = fmt.Errorf("probe image %s: %w", e.SourceFile, err)
 		e.lastError = err
 		if e.ImageFormat == "" {
 			e.ImageFormat, e.GuestFS, e.GuestFSSource = "unknown", "unknown", "image"
@@ -394,6 +407,15 @@ func (inv *Inventory) identify(e *entry) error {
 		inv.syncClusters(e)
 	}
 	return nil
+}
+
+// probeOpen identifies the open image file f.
+func probeOpen(f *os.File, format string) (*diskimage.Info, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return diskimage.ProbeAs(f, fi.Size(), format)
 }
 
 func (e *entry) probeConfig() probe.ImageConfig {
