@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules lint test unit-test lab-test demo demo-smoke bench bench-rules fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules lint test unit-test lab-test demo demo-smoke bench bench-rules report fuzz deps clean
 
 all: build
 
@@ -43,7 +43,7 @@ test: build check-generate check-rules lint unit-test lab-test demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
-	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/...
+	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/... ./report/...
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"
@@ -62,6 +62,13 @@ bench: build
 # Rule evaluation cost in a real Prometheus at 2,000 synthetic disks (~70 minutes).
 bench-rules:
 	$(GO) run ./rules/bench -disks 2000 -warmup 65m
+
+# What the dashboards show, as HTML and PNG, from a Prometheus with the fspair
+# rules (e.g. the demo's): make report PROMETHEUS=http://127.0.0.1:19090 SINCE=30m
+PROMETHEUS ?= http://127.0.0.1:19090
+SINCE ?= 30m
+report:
+	$(GO) run ./report -prometheus $(PROMETHEUS) -since $(SINCE) -out fspair-report
 
 fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME)

@@ -14,6 +14,7 @@ pkgs=(
 	libbpf-tools                         # reference tools to check figures against
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients  # libvirt discovery test (not -system: it pulls systemd)
 	curl jq ca-certificates strace        # strace: the start-failure test checks nothing was loaded
+	chromium fonts-dejavu-core           # make report: the PNG of the report page (headless)
 )
 if [ -f tests/lab/packages.txt ]; then
 	while read -r p; do
