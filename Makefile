@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules lint test unit-test lab-test demo demo-smoke bench bench-rules report fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test lab-test demo demo-smoke bench bench-rules report fuzz deps clean
 
 all: build
 
@@ -32,18 +32,26 @@ rules:
 check-rules: rules
 	git diff --exit-code -- rules/*.yml || { echo "rules are stale: run 'make rules' and commit"; exit 1; }
 
+# The Grafana dashboards are generated with grafana-foundation-sdk (pinned, in a
+# venv under ~/.cache/fspair) by dashboards/gen; see dashboards/README.md.
+dashboards:
+	bash scripts/dashboards.sh generate
+
+check-dashboards:
+	bash scripts/dashboards.sh check
+
 lint: build
-	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench)" || { gofmt -l exporter bpf tests rules bench; exit 1; }
+	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench report dashboards)" || { gofmt -l exporter bpf tests rules bench report dashboards; exit 1; }
 	@echo "== go vet"; $(GO) vet ./...
 	@echo "== promtool check metrics"; bash scripts/check-metrics.sh $(BIN)
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate check-rules lint unit-test lab-test demo-smoke
+test: build check-generate check-rules check-dashboards lint unit-test lab-test demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
-	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/... ./report/...
+	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/... ./report/... ./dashboards/...
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"

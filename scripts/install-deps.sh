@@ -15,6 +15,7 @@ pkgs=(
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients  # libvirt discovery test (not -system: it pulls systemd)
 	curl jq ca-certificates strace        # strace: the start-failure test checks nothing was loaded
 	chromium fonts-dejavu-core           # make report: the PNG of the report page (headless)
+	python3 python3-venv                 # dashboards/gen: grafana-foundation-sdk in a venv
 )
 if [ -f tests/lab/packages.txt ]; then
 	while read -r p; do

@@ -1,0 +1,815 @@
+"""fspair / VM disk: one VM disk, from the guest's requests to the host device.
+
+Rows follow the data path: what the disk is and what the knowledge base says
+about its pair; the workload the classifier sees; request sizes and seek
+distances; latency by stage; flushes and what they cost the host; the host
+file system's journal, metadata and copy-on-write work; the host page cache;
+the image file's layout; and the libvirt exporter's view of the same disk.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash
+
+from common import (
+    INSTANCE,
+    RUNBOOK_BASE,
+    UID_DISK,
+    UID_HOSTFS,
+    VERDICT_COLORS,
+    Column,
+    Links,
+    PanelBuilder,
+    Query,
+    VariableBuilder,
+    dashboard_link,
+    heatmap_panel,
+    new_dashboard,
+    query_variable,
+    rate,
+    raw,
+    row,
+    rule,
+    selector,
+    standard_variables,
+    stat_panel,
+    state_panel,
+    table_panel,
+    text_panel,
+    timeseries_panel,
+)
+from inputs import Inputs
+
+# The disk: a VM and one of its disks, as the libvirt exporter names them.
+DISK = ('domain="$domain"', 'target_device="$disk"')
+
+# The libvirt exporter's series of the same disk (prometheus-libvirt-exporter:
+# libvirt_domain_block_stats_*{domain, uuid, source_file, target_device}).
+LIBVIRT = ('job=~"$libvirt_job"', 'instance=~"$libvirt_instance"', *DISK)
+
+# The alerts about one disk and its host device, in the order an operator meets them.
+DISK_ALERTS = (
+    ("FspairPoorPairing", "the live class is one the knowledge base lists the pair as worst for"),
+    ("FspairWriteAmplificationHigh", "write amplification far above the best pair seen for the class"),
+    ("FspairHostFSLatencyOverheadHigh", "image-file latency far above device latency, against the best pair"),
+    ("FspairMailFlushLatencyHigh", "slow flushes on a mail-like disk"),
+    ("FspairHostFSContention", "too many active VM disks on the host device"),
+)
+
+VERDICT_MAPPINGS = {v: (v, c) for v, c in VERDICT_COLORS.items()}
+
+# The fspair alerts firing about this disk, as Prometheus records them.
+FIRING = selector("ALERTS", 'alertname=~"Fspair.+"', 'alertstate="firing"', INSTANCE, *DISK)
+
+
+def disk_rule(name: str, *matchers: str) -> str:
+    return rule(name, *DISK, *matchers)
+
+
+def disk_raw(metric: str, *matchers: str) -> str:
+    return raw(metric, *DISK, *matchers)
+
+
+def disk_rate(metric: str, *matchers: str) -> str:
+    return rate(metric, *DISK, *matchers)
+
+
+def buckets(metric: str, *matchers: str) -> str:
+    """Bucket rates of one of the disk's histograms, for a heatmap."""
+    return f"sum by (le) ({disk_rate(metric + '_bucket', *matchers)})"
+
+
+def host_device_of_disk(expr: str) -> str:
+    """expr (per host device) restricted to the host device holding the disk's image."""
+    return f"{expr}\n* on (instance, host_device) group_left ()\n  group by (instance, host_device) ({disk_raw('fspair_disk_info')})"
+
+
+def libvirt_rate(counter: str) -> str:
+    return f"rate({selector('libvirt_domain_block_stats_' + counter, *LIBVIRT)}[$__rate_interval])"
+
+
+def _variables() -> list[VariableBuilder]:
+    return [
+        *standard_variables(),
+        query_variable(
+            "domain",
+            "VM",
+            'label_values(fspair_disk_info{job=~"$job", instance=~"$instance"}, domain)',
+            "The VM (libvirt domain name, or the QEMU process's name for VMs found in /proc).",
+            multi=False,
+        ),
+        query_variable(
+            "disk",
+            "disk",
+            'label_values(fspair_disk_info{job=~"$job", instance=~"$instance", domain="$domain"}, target_device)',
+            "The VM's disk by its target device (vda, sdb, ...).",
+            multi=False,
+        ),
+        query_variable(
+            "libvirt_job",
+            "libvirt job",
+            "label_values(libvirt_domain_block_stats_read_requests_total, job)",
+            "Scrape jobs of the libvirt exporter (prometheus-libvirt-exporter), for its view of the same disk.",
+        ),
+        query_variable(
+            "libvirt_instance",
+            "libvirt instance",
+            'label_values(libvirt_domain_block_stats_read_requests_total{job=~"$libvirt_job", domain="$domain"}, instance)',
+            "The libvirt exporter that reports this VM.",
+        ),
+    ]
+
+
+def _identity() -> list[PanelBuilder]:
+    return [
+        table_panel(
+            "Disk",
+            "The disk's image as the exporter identified it (fspair_disk_info): format, the guest file system read from the "
+            "image bytes, the host file system, device and mount point holding the image, QEMU's cache and aio modes, and how "
+            "the disk was discovered.",
+            "none",
+            [Query(disk_raw("fspair_disk_info"))],
+            [
+                Column("instance", "Host"),
+                Column("source_file", "Image"),
+                Column("format", "Format"),
+                Column("guest_fs", "Guest FS"),
+                Column("guest_fs_source", "Guest FS from"),
+                Column("host_fs", "Host FS"),
+                Column("host_device", "Host device"),
+                Column("host_mountpoint", "Mount point"),
+                Column("cache", "Cache"),
+                Column("aio", "AIO"),
+                Column("discovery", "Found by"),
+            ],
+            height=4,
+            links=Links(
+                {
+                    "Host file systems dashboard": dashboard_link(
+                        UID_HOSTFS,
+                        "var-instance=${__data.fields.instance}",
+                        "var-host_device=${__data.fields.host_device}",
+                    )
+                }
+            ),
+        ),
+        stat_panel(
+            "Live workload class",
+            "The class the classifier gives the disk now (domain_disk:fspair_workload_class:info): web, mail, fileserver, rfa, "
+            "mixed (active, no class fits) or idle.",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            width=4,
+            show_name=True,
+        ),
+        stat_panel(
+            "Classifier confidence",
+            "Best class score minus the runner-up (domain_disk:fspair_workload_class:confidence): near 0, two classes fit "
+            "almost equally well.",
+            "percentunit",
+            [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
+            width=4,
+        ),
+        stat_panel(
+            "Requests per second",
+            "Reads and writes completed per second on the image file over 5m (domain_disk:fspair_disk_rw_requests:rate5m).",
+            "iops",
+            [Query(disk_rule("domain_disk:fspair_disk_rw_requests:rate5m"))],
+            width=4,
+        ),
+        stat_panel(
+            "Bytes per second",
+            "Bytes read and written per second on the image file over 5m (domain_disk:fspair_disk_rw_bytes:rate5m).",
+            "Bps",
+            [Query(disk_rule("domain_disk:fspair_disk_rw_bytes:rate5m"))],
+            width=4,
+        ),
+        stat_panel(
+            "Write amplification (1h)",
+            "Host device bytes written for the image plus its share of journal and metadata writes, per guest byte, over 1h "
+            "(domain_disk:fspair_write_amplification:ratio_rate1h).",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_write_amplification:ratio_rate1h"))],
+            width=4,
+        ),
+        stat_panel(
+            "Firing alerts on this disk",
+            "fspair alerts firing now about this disk (ALERTS); the table below links their runbooks.",
+            "short",
+            [Query(f"count({FIRING}) or vector(0)")],
+            width=4,
+            limit=1,
+        ),
+    ]
+
+
+def _knowledge_base() -> list[PanelBuilder]:
+    this_pair = f"fspair_kdb_pair_verdict\n* on (guest_fs, host_fs) group_left ()\n  group by (guest_fs, host_fs) ({disk_raw('fspair_disk_info')})"
+    runbooks = "\n".join(f"- [{name}]({RUNBOOK_BASE}{name}.md): {what}" for name, what in DISK_ALERTS)
+    return [
+        table_panel(
+            "Knowledge-base verdict for this disk",
+            "The knowledge base's verdict on the disk's guest/host pair for its live class, and the pairs it lists as better "
+            "for that class (domain_disk:fspair_pair_verdict:info). Empty when the class is idle or mixed, or the knowledge "
+            "base does not list the pair. source=site: this site's own measurement (rules/kdb/site.yaml).",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_pair_verdict:info"))],
+            [
+                Column("class", "Class"),
+                Column("guest_fs", "Guest FS"),
+                Column("host_fs", "Host FS"),
+                Column("verdict", "Verdict"),
+                Column("standout", "Singled out"),
+                Column("better_pairs", "Better pairs (guest/host)"),
+                Column("source", "Source"),
+            ],
+            width=12,
+            height=5,
+            value_mappings=VERDICT_MAPPINGS,
+        ),
+        table_panel(
+            "The knowledge base on this pair, every workload",
+            "What the knowledge base says about this disk's guest/host pair for each workload it covers "
+            "(fspair_kdb_pair_verdict), whatever the disk runs now: the verdicts to expect if the workload changes.",
+            "none",
+            [Query(this_pair)],
+            [
+                Column("workload", "Workload"),
+                Column("verdict", "Verdict"),
+                Column("standout", "Singled out"),
+                Column("better_pairs", "Better pairs (guest/host)"),
+                Column("source", "Source"),
+            ],
+            width=12,
+            height=5,
+            value_mappings=VERDICT_MAPPINGS,
+        ),
+        text_panel(
+            "Runbooks",
+            "The runbooks of the alerts about a VM disk (runbooks/): each has Meaning, Impact, Diagnosis and Mitigation.",
+            runbooks,
+            width=8,
+            height=6,
+        ),
+        table_panel(
+            "Alerts on this disk",
+            "fspair alerts firing now about this disk (ALERTS). Click a row for the alert's runbook.",
+            "none",
+            [Query(FIRING)],
+            [
+                Column("alertname", "Alert"),
+                Column("severity", "Severity"),
+                Column("class", "Class"),
+                Column("op", "Operation"),
+                Column("best_pair", "Best pair"),
+            ],
+            width=16,
+            height=6,
+            links=Links({"Runbook": RUNBOOK_BASE + "${__data.fields.alertname}.md"}),
+        ),
+    ]
+
+
+def _workload() -> list[PanelBuilder]:
+    return [
+        timeseries_panel(
+            "Workload class scores",
+            "Each class's score in [0, 1] (domain_disk:fspair_workload_score:ratio): how well the disk's features over 5m fit "
+            "the class's conditions in rules/classes.yaml. The highest wins, the current class keeping a small bonus.",
+            "percentunit",
+            [Query(disk_rule("domain_disk:fspair_workload_score:ratio"), "{{class}}")],
+            max_val=1,
+        ),
+        state_panel(
+            "Workload class over time",
+            "When the disk had each class (domain_disk:fspair_workload_class:info).",
+            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            height=8,
+        ),
+        timeseries_panel(
+            "Requests per second by operation",
+            "Reads, writes and flushes completed per second on the image file over 5m (domain_disk:fspair_disk_requests:rate5m).",
+            "iops",
+            [Query(disk_rule("domain_disk:fspair_disk_requests:rate5m"), "{{op}}")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Bytes per second by operation",
+            "Bytes read and written per second on the image file over 5m (domain_disk:fspair_disk_bytes:rate5m).",
+            "Bps",
+            [Query(disk_rule("domain_disk:fspair_disk_bytes:rate5m"), "{{op}}")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Operation mix",
+            "Random and sequential reads and writes as shares of all classified requests over 5m; the four add up to 1 "
+            "(domain_disk:fspair_disk_pattern_requests:ratio_rate5m). Random: not continuing one of the last 16 requests.",
+            "percentunit",
+            [Query(disk_rule("domain_disk:fspair_disk_pattern_requests:ratio_rate5m"), "{{pattern}} {{op}}s")],
+            width=8,
+            stacked=True,
+            max_val=1,
+        ),
+        timeseries_panel(
+            "Read share and durable writes",
+            "Reads among reads and writes, by requests and by bytes (domain_disk:fspair_disk_requests:ratio_rate5m, "
+            "domain_disk:fspair_disk_bytes:ratio_rate5m), and writes that had to be durable (O_DSYNC or covered by a flush of "
+            "a few writes) per write (domain_disk:fspair_disk_sync_writes:ratio_rate5m).",
+            "percentunit",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_requests:ratio_rate5m", 'op="read"'), "read share (requests)"),
+                Query(disk_rule("domain_disk:fspair_disk_bytes:ratio_rate5m", 'op="read"'), "read share (bytes)"),
+                Query(disk_rule("domain_disk:fspair_disk_sync_writes:ratio_rate5m"), "durable writes per write"),
+            ],
+            width=8,
+            max_val=1,
+        ),
+        timeseries_panel(
+            "Mean request size",
+            "Mean read and write request size on the image file over 5m and 1h "
+            "(domain_disk:fspair_disk_request_size_bytes:mean5m, :mean1h).",
+            "bytes",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_request_size_bytes:mean5m"), "{{op}} (5m)"),
+                Query(disk_rule("domain_disk:fspair_disk_request_size_bytes:mean1h"), "{{op}} (1h)"),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Requests in flight at issue",
+            "Mean number of the disk's requests outstanding on the image file when one is issued, itself included "
+            "(fspair_disk_outstanding_requests): the queue depth QEMU keeps.",
+            "short",
+            [
+                Query(
+                    f"sum({disk_rate('fspair_disk_outstanding_requests_sum')})\n/\n(sum({disk_rate('fspair_disk_outstanding_requests_count')}) > 0)",
+                    "mean in flight",
+                )
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Submission interface",
+            "Requests submitted per second by interface: plain syscalls, Linux AIO or io_uring (fspair_disk_submissions_total), "
+            "and io_uring requests punted to a worker thread (fspair_disk_io_uring_punted_total).",
+            "ops",
+            [
+                Query(f"sum by (interface) ({disk_rate('fspair_disk_submissions_total')})", "{{interface}}"),
+                Query(f"sum({disk_rate('fspair_disk_io_uring_punted_total')})", "io_uring punted"),
+            ],
+            width=12,
+        ),
+        timeseries_panel(
+            "Request errors",
+            "Requests on the image file that failed, per second and operation (fspair_disk_request_errors_total).",
+            "ops",
+            [Query(f"sum by (op) ({disk_rate('fspair_disk_request_errors_total')})", "{{op}}")],
+            width=12,
+        ),
+    ]
+
+
+def _sizes_and_seeks() -> list[PanelBuilder]:
+    return [
+        heatmap_panel(
+            "Read request size",
+            'Distribution of read request sizes on the image file (fspair_disk_request_size_bytes{op="read"}).',
+            "bytes",
+            Query(buckets("fspair_disk_request_size_bytes", 'op="read"')),
+            width=12,
+        ),
+        heatmap_panel(
+            "Write request size",
+            'Distribution of write request sizes on the image file (fspair_disk_request_size_bytes{op="write"}).',
+            "bytes",
+            Query(buckets("fspair_disk_request_size_bytes", 'op="write"')),
+            width=12,
+        ),
+        heatmap_panel(
+            "Seek distance from the previous request",
+            "Signed distance in bytes from the end of the previous request to the start of this one "
+            '(fspair_disk_seek_distance_bytes{reference="previous"}); 0 is a sequential stream.',
+            "bytes",
+            Query(buckets("fspair_disk_seek_distance_bytes", 'reference="previous"')),
+            width=12,
+        ),
+        heatmap_panel(
+            "Seek distance from the nearest of the last 16 requests",
+            'Signed distance from the nearest end of the last 16 requests (fspair_disk_seek_distance_bytes{reference="nearest16"}): '
+            "the reference of the random/sequential split, which sees interleaved sequential streams as sequential.",
+            "bytes",
+            Query(buckets("fspair_disk_seek_distance_bytes", 'reference="nearest16"')),
+            width=12,
+        ),
+    ]
+
+
+def _latency(inputs: Inputs) -> list[PanelBuilder]:
+    stage_names = {"file": "image file", "host_queue": "host I/O scheduler", "device": "host device"}
+    heatmaps = [
+        heatmap_panel(
+            f"{op.capitalize()} latency: {stage_names[stage]}",
+            f'Distribution of the time the disk\'s {op}s spent in stage {stage} (fspair_disk_stage_seconds{{stage="{stage}", '
+            f'op="{op}"}}). file: the image-file request as QEMU waits for it; host_queue: the image\'s data requests in '
+            "the host I/O scheduler; device: their service on the host device.",
+            "s",
+            Query(buckets("fspair_disk_stage_seconds", f'stage="{stage}"', f'op="{op}"')),
+        )
+        for op in ("read", "write")
+        for stage in ("file", "host_queue", "device")
+    ]
+    queue = 'stage="host_queue"'
+    host_queue = (
+        f"sum by (stage, op) ({disk_rate('fspair_disk_stage_seconds_sum', queue)})\n/\n"
+        f"(sum by (stage, op) ({disk_rate('fspair_disk_stage_seconds_count', queue)}) > 0)"
+    )
+    return [
+        timeseries_panel(
+            "Mean latency by stage",
+            "Mean latency of reads and writes per stage over 5m: the image file (what QEMU waits for), the host I/O scheduler "
+            "and the host device (domain_disk:fspair_disk_stage_seconds:mean5m; the scheduler stage from "
+            'fspair_disk_stage_seconds{stage="host_queue"}). The file stage minus the other two is the host file system\'s share.',
+            "s",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_stage_seconds:mean5m"), "{{stage}} {{op}}"),
+                Query(host_queue, "{{stage}} {{op}}"),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Host-FS latency overhead",
+            "Mean image-file latency per mean host-device latency, by operation, over 5m and 1h "
+            "(domain_disk:fspair_hostfs_latency_overhead:ratio_rate5m, :ratio_rate1h): 1 means the host file system adds nothing.",
+            "none",
+            [
+                Query(disk_rule("domain_disk:fspair_hostfs_latency_overhead:ratio_rate5m"), "{{op}} (5m)"),
+                Query(disk_rule("domain_disk:fspair_hostfs_latency_overhead:ratio_rate1h"), "{{op}} (1h)"),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Host-FS latency overhead against the best pair",
+            "The disk's host-FS latency overhead (1h) per the median of the best pair seen in the fleet for its class "
+            "(domain_disk:fspair_hostfs_latency_overhead_vs_best:ratio_rate1h). FspairHostFSLatencyOverheadHigh fires above "
+            f"{inputs.thresholds.latency_overhead_vs_best:g} (dashed line).",
+            "none",
+            [
+                Query(
+                    disk_rule("domain_disk:fspair_hostfs_latency_overhead_vs_best:ratio_rate1h"),
+                    "{{op}} against {{best_pair}}",
+                )
+            ],
+            width=8,
+            limit=inputs.thresholds.latency_overhead_vs_best,
+        ),
+        *heatmaps,
+    ]
+
+
+def _flushes(inputs: Inputs) -> list[PanelBuilder]:
+    limit = inputs.thresholds.mail_flush_latency_seconds
+    return [
+        timeseries_panel(
+            "Flushes and durable writes",
+            "Flushes (fdatasync on the image) and writes that had to be durable, per second over 5m "
+            '(domain_disk:fspair_disk_requests:rate5m{op="flush"}, domain_disk:fspair_disk_sync_writes:rate5m).',
+            "ops",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_requests:rate5m", 'op="flush"'), "flushes"),
+                Query(disk_rule("domain_disk:fspair_disk_sync_writes:rate5m"), "durable writes"),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Mean flush latency",
+            "Mean time a flush on the image file took over 5m and 1h (domain_disk:fspair_disk_request_duration_seconds:mean5m, "
+            f":mean1h). FspairMailFlushLatencyHigh fires above {limit:g} s (dashed line) when the disk runs a mail workload.",
+            "s",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_request_duration_seconds:mean5m"), "5m"),
+                Query(disk_rule("domain_disk:fspair_disk_request_duration_seconds:mean1h"), "1h"),
+            ],
+            width=8,
+            limit=limit,
+        ),
+        heatmap_panel(
+            "Flush latency",
+            'Distribution of flush latency on the image file (fspair_disk_request_duration_seconds{op="flush"}).',
+            "s",
+            Query(buckets("fspair_disk_request_duration_seconds", 'op="flush"')),
+        ),
+        timeseries_panel(
+            "Flushes per write",
+            "Flush requests per write request over 5m (domain_disk:fspair_disk_flushes_per_write:ratio_rate5m).",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_disk_flushes_per_write:ratio_rate5m"), "flushes per write")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Device writes per flush",
+            "Host device bytes written and device cache flushes caused per flush of the disk, over 5m: the writeback the flush "
+            "forces plus the journal's commit (domain_disk:fspair_disk_flush_device_write_bytes:mean5m; cache flushes in the "
+            "next panel).",
+            "bytes",
+            [Query(disk_rule("domain_disk:fspair_disk_flush_device_write_bytes:mean5m"), "device bytes per flush")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Device cache flushes per flush",
+            "Host device cache flushes (flush requests or preflush writes) each of the disk's flushes caused, over 5m "
+            "(domain_disk:fspair_disk_flush_device_cache_flushes:mean5m).",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_disk_flush_device_cache_flushes:mean5m"), "cache flushes per flush")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Device writes caused by flushes, by source and kind",
+            "Host device bytes per second the disk's flushes caused (fspair_disk_flush_device_write_bytes_total): source=call "
+            "queued by the flushing thread (data, metadata), source=journal written by the journal threads while the flush waited.",
+            "Bps",
+            [
+                Query(
+                    f"sum by (source, kind) ({disk_rate('fspair_disk_flush_device_write_bytes_total')})",
+                    "{{source}} {{kind}}",
+                )
+            ],
+            width=24,
+            stacked=True,
+        ),
+    ]
+
+
+def _host_side(inputs: Inputs) -> list[PanelBuilder]:
+    return [
+        timeseries_panel(
+            "Write amplification",
+            "Host device bytes written for the image plus its share of the device's journal and metadata writes, per byte the "
+            "guest wrote, over 5m and 1h (domain_disk:fspair_write_amplification:ratio_rate5m, :ratio_rate1h).",
+            "none",
+            [
+                Query(disk_rule("domain_disk:fspair_write_amplification:ratio_rate5m"), "5m"),
+                Query(disk_rule("domain_disk:fspair_write_amplification:ratio_rate1h"), "1h"),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Write amplification against the best pair",
+            "The disk's write amplification (1h) per the median of the best pair seen in the fleet for its class "
+            "(domain_disk:fspair_write_amplification_vs_best:ratio_rate1h). FspairWriteAmplificationHigh fires above "
+            f"{inputs.thresholds.write_amplification_vs_best:g} (dashed line).",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_write_amplification_vs_best:ratio_rate1h"), "against {{best_pair}}")],
+            width=8,
+            limit=inputs.thresholds.write_amplification_vs_best,
+        ),
+        timeseries_panel(
+            "Guest writes and what the host device wrote",
+            "Bytes per second over 5m: written by the guest on the image file (domain_disk:fspair_disk_bytes:rate5m), written "
+            "by the host device for the image's data (domain_disk:fspair_disk_device_bytes:rate5m), and the disk's share of "
+            "the device's journal and metadata writes (domain_disk:fspair_disk_host_metadata_write_bytes:rate5m).",
+            "Bps",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_bytes:rate5m", 'op="write"'), "guest writes"),
+                Query(
+                    disk_rule("domain_disk:fspair_disk_device_bytes:rate5m", 'op="write"'), "device writes, image data"
+                ),
+                Query(
+                    disk_rule("domain_disk:fspair_disk_host_metadata_write_bytes:rate5m"),
+                    "device writes, journal and metadata share",
+                ),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Host device writes by kind",
+            "Bytes per second the disk's host device wrote over 5m, by kind: data (tracked images), metadata (journal and "
+            "file-system metadata), other (host_device:fspair_host_device_bytes:rate5m).",
+            "Bps",
+            [
+                Query(
+                    host_device_of_disk(rule("host_device:fspair_host_device_bytes:rate5m")), "{{host_device}} {{kind}}"
+                )
+            ],
+            width=8,
+            stacked=True,
+        ),
+        timeseries_panel(
+            "Journal commits on the host device",
+            "Journal commits per second of the host file system holding the image (fspair_host_device_commits_total): jbd2 "
+            "commits (ext4), log writes (XFS), transaction commits (Btrfs).",
+            "ops",
+            [Query(host_device_of_disk(rate("fspair_host_device_commits_total")), "{{host_device}} ({{host_fs}})")],
+            width=8,
+        ),
+        timeseries_panel(
+            "Btrfs copy-on-write",
+            "Bytes per second of Btrfs ordered extents written for the image (fspair_disk_btrfs_extent_bytes_total): cow "
+            "allocates new space, nocow writes in place (a NOCOW file or preallocated space). Empty on other host file systems.",
+            "Bps",
+            [Query(f"sum by (mode) ({disk_rate('fspair_disk_btrfs_extent_bytes_total')})", "{{mode}}")],
+            width=8,
+            stacked=True,
+        ),
+        timeseries_panel(
+            "qcow2 metadata I/O",
+            "Bytes per second QEMU read and wrote of the qcow2 image's own metadata (L1/L2 tables, refcounts; "
+            "fspair_disk_format_metadata_bytes_total). Empty for raw images.",
+            "Bps",
+            [Query(f"sum by (op) ({disk_rate('fspair_disk_format_metadata_bytes_total')})", "{{op}}")],
+            width=12,
+        ),
+        timeseries_panel(
+            "Guest reads and host device reads",
+            "Bytes per second over 5m read by the guest on the image file and read by the host device for the image "
+            "(domain_disk:fspair_disk_bytes:rate5m, domain_disk:fspair_disk_device_bytes:rate5m): the gap is what the host "
+            "page cache served.",
+            "Bps",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_bytes:rate5m", 'op="read"'), "guest reads"),
+                Query(disk_rule("domain_disk:fspair_disk_device_bytes:rate5m", 'op="read"'), "device reads"),
+            ],
+            width=12,
+        ),
+    ]
+
+
+def _page_cache() -> list[PanelBuilder]:
+    reads = "fspair_disk_host_cache_reads_total"
+    hit, hit_or_miss = 'result="hit"', 'result=~"hit|miss"'
+    return [
+        timeseries_panel(
+            "Reads by host page-cache result",
+            "Bytes per second the disk read from its image, by result in the host page cache "
+            "(fspair_disk_host_cache_read_bytes_total): hit, miss, or direct (O_DIRECT, cache=none, bypasses the cache).",
+            "Bps",
+            [Query(f"sum by (result) ({disk_rate('fspair_disk_host_cache_read_bytes_total')})", "{{result}}")],
+            width=8,
+            stacked=True,
+        ),
+        timeseries_panel(
+            "Host page-cache hit ratio",
+            "Share of the disk's buffered reads the host page cache served (fspair_disk_host_cache_reads_total, hit per hit "
+            "plus miss). Direct reads are left out.",
+            "percentunit",
+            [
+                Query(
+                    f"sum({disk_rate(reads, hit)})\n/\n(sum({disk_rate(reads, hit_or_miss)}) > 0)",
+                    "hit ratio",
+                )
+            ],
+            width=8,
+            max_val=1,
+        ),
+        timeseries_panel(
+            "Writes by host page-cache result",
+            "Bytes per second the disk wrote, by what the host page cache did with them "
+            "(fspair_disk_host_cache_write_bytes_total): absorbed (rewrote a page already dirty), dirtied (a new dirty page), "
+            "direct (bypassed the cache).",
+            "Bps",
+            [Query(f"sum by (result) ({disk_rate('fspair_disk_host_cache_write_bytes_total')})", "{{result}}")],
+            width=8,
+            stacked=True,
+        ),
+    ]
+
+
+def _layout() -> list[PanelBuilder]:
+    return [
+        stat_panel(
+            "Virtual size",
+            "The disk's size as the guest sees it (fspair_disk_virtual_size_bytes).",
+            "bytes",
+            [Query(disk_raw("fspair_disk_virtual_size_bytes"))],
+            width=4,
+        ),
+        stat_panel(
+            "Image file size",
+            "The image file's apparent size (fspair_disk_image_apparent_bytes).",
+            "bytes",
+            [Query(disk_raw("fspair_disk_image_apparent_bytes"))],
+            width=4,
+        ),
+        stat_panel(
+            "Space allocated",
+            "Space the image file takes on the host file system (fspair_disk_image_allocated_bytes, st_blocks).",
+            "bytes",
+            [Query(disk_raw("fspair_disk_image_allocated_bytes"))],
+            width=4,
+        ),
+        stat_panel(
+            "Allocated share of the virtual size",
+            "Space allocated per byte of virtual size: below 1, a sparse or thin image that allocates as the guest writes.",
+            "percentunit",
+            [
+                Query(
+                    f"{disk_raw('fspair_disk_image_allocated_bytes')}\n/ ignoring ()\n({disk_raw('fspair_disk_virtual_size_bytes')} > 0)"
+                )
+            ],
+            width=4,
+        ),
+        timeseries_panel(
+            "Extents of the image file",
+            "Extents of the image file on the host file system (fspair_disk_image_extents, FIEMAP, refreshed on the exporter's "
+            "image refresh interval): a growing count is fragmentation, typical of copy-on-write host file systems.",
+            "short",
+            [Query(disk_raw("fspair_disk_image_extents"), "extents")],
+            width=4,
+            height=4,
+        ),
+        timeseries_panel(
+            "Mean extent size",
+            "Space allocated per extent of the image file (fspair_disk_image_allocated_bytes / fspair_disk_image_extents).",
+            "bytes",
+            [
+                Query(
+                    f"{disk_raw('fspair_disk_image_allocated_bytes')}\n/ ignoring ()\n({disk_raw('fspair_disk_image_extents')} > 0)",
+                    "bytes per extent",
+                )
+            ],
+            width=4,
+            height=4,
+        ),
+    ]
+
+
+def _libvirt() -> list[PanelBuilder]:
+    fspair = "(fspair, image file)"
+    return [
+        timeseries_panel(
+            "Requests per second: guest (libvirt) and image file (fspair)",
+            "The same disk seen by the libvirt exporter (libvirt_domain_block_stats_*_requests_total: requests the guest "
+            "issued to the virtual disk) and by fspair (domain_disk:fspair_disk_requests:rate5m: requests QEMU issued on the "
+            "image file). The gap is what the VMM's own layers (qcow2 metadata, splitting, merging) add or remove.",
+            "iops",
+            [
+                Query(libvirt_rate("read_requests_total"), "reads (libvirt, guest)"),
+                Query(libvirt_rate("write_requests_total"), "writes (libvirt, guest)"),
+                Query(libvirt_rate("flush_requests_total"), "flushes (libvirt, guest)"),
+                Query(disk_rule("domain_disk:fspair_disk_requests:rate5m"), "{{op}}s " + fspair),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Bytes per second: guest (libvirt) and image file (fspair)",
+            "Bytes read and written per second as the libvirt exporter reports them for the virtual disk "
+            "(libvirt_domain_block_stats_*_bytes_total) and as fspair sees them on the image file (domain_disk:fspair_disk_bytes:rate5m).",
+            "Bps",
+            [
+                Query(libvirt_rate("read_bytes_total"), "reads (libvirt, guest)"),
+                Query(libvirt_rate("write_bytes_total"), "writes (libvirt, guest)"),
+                Query(disk_rule("domain_disk:fspair_disk_bytes:rate5m"), "{{op}}s " + fspair),
+            ],
+            width=8,
+        ),
+        timeseries_panel(
+            "Mean latency: guest (libvirt) and image file (fspair)",
+            "Mean request latency as QEMU accounts it for the virtual disk (libvirt_domain_block_stats_*_seconds_total per "
+            'request) next to fspair\'s image-file stage (domain_disk:fspair_disk_stage_seconds:mean5m{stage="file"}).',
+            "s",
+            [
+                Query(
+                    f"{libvirt_rate('read_seconds_total')}\n/\n({libvirt_rate('read_requests_total')} > 0)",
+                    "reads (libvirt, guest)",
+                ),
+                Query(
+                    f"{libvirt_rate('write_seconds_total')}\n/\n({libvirt_rate('write_requests_total')} > 0)",
+                    "writes (libvirt, guest)",
+                ),
+                Query(
+                    f"{libvirt_rate('flush_seconds_total')}\n/\n({libvirt_rate('flush_requests_total')} > 0)",
+                    "flushes (libvirt, guest)",
+                ),
+                Query(disk_rule("domain_disk:fspair_disk_stage_seconds:mean5m", 'stage="file"'), "{{op}}s " + fspair),
+            ],
+            width=8,
+        ),
+    ]
+
+
+def build(inputs: Inputs) -> dash.Dashboard:
+    d = new_dashboard(
+        UID_DISK,
+        "fspair / VM disk",
+        "One VM disk from the guest's requests to the host device: its image and pair, the knowledge base's verdict, the "
+        "workload the classifier sees, request sizes and seeks, latency by stage, flushes and their cost, the host file "
+        "system's journal, metadata and copy-on-write work, the host page cache, the image layout, and the libvirt "
+        "exporter's view of the same disk.",
+    )
+    for v in _variables():
+        d = d.with_variable(v)
+    sections = [
+        ("Disk and verdict", _identity() + _knowledge_base()),
+        ("Workload", _workload()),
+        ("Request size and seek distance", _sizes_and_seeks()),
+        ("Latency by stage", _latency(inputs)),
+        ("Flushes and their cost", _flushes(inputs)),
+        ("Host side: journal, metadata, copy-on-write", _host_side(inputs)),
+        ("Host page cache", _page_cache()),
+        ("Image layout", _layout()),
+        ("Libvirt exporter's view of the same disk", _libvirt()),
+    ]
+    for title, panels in sections:
+        d = d.with_row(row(title))
+        for p in panels:
+            d = d.with_panel(p)
+    return d

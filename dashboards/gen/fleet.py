@@ -1,0 +1,426 @@
+"""fspair / Fleet: every VM disk of the selected hosts, by workload class and pair.
+
+Answers: which guest/host file-system pairs run which workloads, how
+efficiently (write amplification, host-FS latency overhead, from the
+fspair.fleet rules), which disks sit on a pair the knowledge base lists as
+worst for their workload, which disks are furthest from the best pair seen,
+which host devices are contended, and which fspair alerts fire.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash
+
+from common import (
+    DISK_LABELS,
+    INSTANCE,
+    RUNBOOK_BASE,
+    UID_FLEET,
+    UID_HOSTFS,
+    VERDICT_COLORS,
+    Column,
+    Links,
+    PanelBuilder,
+    Query,
+    bar_panel,
+    custom_variable,
+    dashboard_link,
+    disk_link_from_table,
+    matrix_panel,
+    new_dashboard,
+    raw,
+    row,
+    rule,
+    selector,
+    standard_variables,
+    stat_panel,
+    state_panel,
+    table_panel,
+    timeseries_panel,
+)
+from inputs import Inputs
+
+CLASS = 'class=~"$class"'
+NOT_IDLE = 'class!="idle"'
+WORST = 'verdict="worst"'
+
+# The fspair alerts (rules/fspair.alerts.yml) as Prometheus records them.
+FIRING = selector("ALERTS", 'alertname=~"Fspair.+"', 'alertstate="firing"', INSTANCE)
+
+# The knowledge base's verdict as a number, so that a matrix cell can show it
+# (value mappings turn it back into the word): best 1, contested 0, worst -1.
+VERDICT_VALUE = (
+    '1 * fspair_kdb_pair_verdict{workload=~"$class", verdict="best"}'
+    ' or 0 * fspair_kdb_pair_verdict{workload=~"$class", verdict="contested"}'
+    ' or -1 * fspair_kdb_pair_verdict{workload=~"$class", verdict="worst"}'
+)
+VERDICT_MAPPINGS = {
+    "1": ("best", VERDICT_COLORS["best"]),
+    "0": ("contested", VERDICT_COLORS["contested"]),
+    "-1": ("worst", VERDICT_COLORS["worst"]),
+}
+
+
+def _with_class(expr: str) -> str:
+    """expr per disk, with the disk's live class and pair as labels."""
+    return f"{expr}\n* on ({DISK_LABELS}) group_left (class, guest_fs, host_fs)\n  {rule('domain_disk:fspair_class_pair:info', CLASS)}"
+
+
+def _overview() -> list[PanelBuilder]:
+    return [
+        stat_panel(
+            "VM disks followed",
+            "VM disks the selected exporters follow now (fspair_disks_tracked), idle or not.",
+            "short",
+            [Query(f"sum({raw('fspair_disks_tracked')})")],
+        ),
+        stat_panel(
+            "Active VM disks",
+            "VM disks whose live workload class is not idle (domain_disk:fspair_workload_class:info).",
+            "short",
+            [Query(f"count({rule('domain_disk:fspair_workload_class:info', NOT_IDLE)}) or vector(0)")],
+        ),
+        stat_panel(
+            "VM disks on a worst pair",
+            "VM disks whose live class is one the knowledge base lists their guest/host pair as worst for "
+            '(domain_disk:fspair_pair_verdict:info{verdict="worst"}). FspairPoorPairing fires for those that stay so for its `for`.',
+            "short",
+            [Query(f"count({rule('domain_disk:fspair_pair_verdict:info', WORST)}) or vector(0)")],
+            limit=1,
+        ),
+        stat_panel(
+            "Firing fspair alerts",
+            "fspair alerts firing now on the selected hosts (ALERTS). The table at the bottom lists them with their runbooks.",
+            "short",
+            [Query(f"count({FIRING}) or vector(0)")],
+            limit=1,
+        ),
+        timeseries_panel(
+            "VM disks by workload class",
+            "How many VM disks the classifier puts in each class over time (domain_disk:fspair_workload_class:info). "
+            "mixed: active, but no workload class fits; idle: below the activity threshold.",
+            "short",
+            [Query(f"count by (class) ({rule('domain_disk:fspair_workload_class:info')})", "{{class}}")],
+            width=24,
+            stacked=True,
+        ),
+    ]
+
+
+def _matrices() -> list[PanelBuilder]:
+    """One row per selected workload class: the guest x host matrices."""
+    return [
+        matrix_panel(
+            "VM disks per pair: $class",
+            "Active VM disks of class $class per guest file system (rows) and host file system (columns), "
+            "fleet-wide (class_pair:fspair_disks:count).",
+            "short",
+            Query(f"class_pair:fspair_disks:count{{{CLASS}}}"),
+        ),
+        matrix_panel(
+            "Median write amplification per pair: $class",
+            "Median write amplification over 1h of the class-$class disks of each pair: host device bytes written for the image "
+            "plus its share of the device's journal and metadata writes, per byte the guest wrote "
+            "(class_pair:fspair_write_amplification:median_ratio_rate1h). Lower is better.",
+            "none",
+            Query(f"class_pair:fspair_write_amplification:median_ratio_rate1h{{{CLASS}}}"),
+        ),
+        matrix_panel(
+            "Median host-FS write latency overhead per pair: $class",
+            "Median over the class-$class disks of each pair of the mean image-file write latency per mean host-device write "
+            'latency over 1h (class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{op="write"}): what the host file '
+            "system adds on top of the device. 1 means nothing; lower is better.",
+            "none",
+            Query(f'class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{{{CLASS}, op="write"}}'),
+        ),
+        matrix_panel(
+            "Knowledge-base verdict per pair: $class",
+            'The published verdict on each pair for workload $class (fspair_kdb_pair_verdict; source="site" where this site\'s '
+            "own measurements replaced it, rules/kdb/site.yaml). Empty cells: the knowledge base says nothing on that pair; "
+            "mixed and idle have no verdicts.",
+            "none",
+            Query(VERDICT_VALUE),
+            value_mappings=VERDICT_MAPPINGS,
+        ),
+    ]
+
+
+def _worst_pairs() -> list[PanelBuilder]:
+    expr = (
+        f"{rule('domain_disk:fspair_workload_class:confidence')}\n"
+        f"* on ({DISK_LABELS}) group_left (class, guest_fs, host_fs, source, better_pairs)\n"
+        f"  {rule('domain_disk:fspair_pair_verdict:info', WORST, CLASS)}"
+    )
+    return [
+        table_panel(
+            "VM disks on the knowledge base's worst pairs",
+            "VM disks whose live class is one the knowledge base lists their guest/host file-system pair as worst for, with the "
+            "classifier's confidence (best score minus runner-up) and the pairs it lists as better for that class "
+            "(domain_disk:fspair_pair_verdict:info). Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
+            "percentunit",
+            [Query(expr)],
+            [
+                Column("instance", "Host"),
+                Column("domain", "VM"),
+                Column("target_device", "Disk"),
+                Column("class", "Class"),
+                Column("guest_fs", "Guest FS"),
+                Column("host_fs", "Host FS"),
+                Column("Value", "Confidence", "percentunit"),
+                Column("better_pairs", "Better pairs (guest/host)"),
+                Column("source", "Source"),
+            ],
+            links=Links(
+                {
+                    "VM disk dashboard": disk_link_from_table(),
+                    "Runbook: FspairPoorPairing": RUNBOOK_BASE + "FspairPoorPairing.md",
+                }
+            ),
+            sort_by="Confidence",
+        )
+    ]
+
+
+def _efficiency(inputs: Inputs) -> list[PanelBuilder]:
+    t = inputs.thresholds
+    disk_columns = [
+        Column("instance", "Host"),
+        Column("domain", "VM"),
+        Column("target_device", "Disk"),
+        Column("class", "Class"),
+        Column("guest_fs", "Guest FS"),
+        Column("host_fs", "Host FS"),
+    ]
+    links = Links({"VM disk dashboard": disk_link_from_table()})
+    return [
+        table_panel(
+            "Top write amplification (1h)",
+            "The ten disks whose host device wrote the most per guest byte over the last hour (image data plus the disk's share "
+            "of journal and metadata writes; domain_disk:fspair_write_amplification:ratio_rate1h). Only disks writing enough "
+            "for the ratio to mean something have one.",
+            "none",
+            [Query(f"topk(10,\n  {_with_class(rule('domain_disk:fspair_write_amplification:ratio_rate1h'))}\n)")],
+            disk_columns + [Column("Value", "Write amplification", "none")],
+            width=12,
+            links=links,
+            sort_by="Write amplification",
+        ),
+        table_panel(
+            "Top write amplification against the best pair (1h)",
+            "The ten disks furthest above the best pair seen in the fleet for their class: the disk's write amplification per "
+            "that pair's median (domain_disk:fspair_write_amplification_vs_best:ratio_rate1h). Red from the "
+            f"FspairWriteAmplificationHigh limit ({t.write_amplification_vs_best:g}) up.",
+            "none",
+            [Query(f"topk(10, {rule('domain_disk:fspair_write_amplification_vs_best:ratio_rate1h', CLASS)})")],
+            disk_columns + [Column("best_pair", "Best pair"), Column("Value", "Times the best pair", "none")],
+            width=12,
+            links=Links(
+                {
+                    "VM disk dashboard": disk_link_from_table(),
+                    "Runbook: FspairWriteAmplificationHigh": RUNBOOK_BASE + "FspairWriteAmplificationHigh.md",
+                }
+            ),
+            limit=t.write_amplification_vs_best,
+            sort_by="Times the best pair",
+        ),
+        table_panel(
+            "Top host-FS latency overhead (1h)",
+            "The ten disk/operation pairs with the highest mean image-file latency per mean host-device latency over the last "
+            "hour (domain_disk:fspair_hostfs_latency_overhead:ratio_rate1h): the time the host file system adds.",
+            "none",
+            [Query(f"topk(10,\n  {_with_class(rule('domain_disk:fspair_hostfs_latency_overhead:ratio_rate1h'))}\n)")],
+            disk_columns + [Column("op", "Operation"), Column("Value", "File / device latency", "none")],
+            width=12,
+            links=links,
+            sort_by="File / device latency",
+        ),
+        table_panel(
+            "Top host-FS latency overhead against the best pair (1h)",
+            "The ten disk/operation pairs furthest above the best pair seen for their class "
+            "(domain_disk:fspair_hostfs_latency_overhead_vs_best:ratio_rate1h). Red from the FspairHostFSLatencyOverheadHigh "
+            f"limit ({t.latency_overhead_vs_best:g}) up.",
+            "none",
+            [Query(f"topk(10, {rule('domain_disk:fspair_hostfs_latency_overhead_vs_best:ratio_rate1h', CLASS)})")],
+            disk_columns
+            + [
+                Column("op", "Operation"),
+                Column("best_pair", "Best pair"),
+                Column("Value", "Times the best pair", "none"),
+            ],
+            width=12,
+            links=Links(
+                {
+                    "VM disk dashboard": disk_link_from_table(),
+                    "Runbook: FspairHostFSLatencyOverheadHigh": RUNBOOK_BASE + "FspairHostFSLatencyOverheadHigh.md",
+                }
+            ),
+            limit=t.latency_overhead_vs_best,
+            sort_by="Times the best pair",
+        ),
+        timeseries_panel(
+            "Median write amplification by class and pair",
+            "Fleet-wide median write amplification (1h) of the disks of each class and guest/host pair "
+            "(class_pair:fspair_write_amplification:median_ratio_rate1h).",
+            "none",
+            [
+                Query(
+                    f"class_pair:fspair_write_amplification:median_ratio_rate1h{{{CLASS}}}",
+                    "{{class}} {{guest_fs}}/{{host_fs}}",
+                )
+            ],
+        ),
+        timeseries_panel(
+            "Median host-FS latency overhead by class and pair",
+            "Fleet-wide median host-FS latency overhead (1h, file per device latency) of each class, pair and operation "
+            "(class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h).",
+            "none",
+            [
+                Query(
+                    f"class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{{{CLASS}}}",
+                    "{{class}} {{guest_fs}}/{{host_fs}} {{op}}",
+                )
+            ],
+        ),
+        bar_panel(
+            "Best pair seen per class (write amplification)",
+            "For each class, the guest/host pair with the lowest median write amplification among pairs with enough disks "
+            "(class:fspair_write_amplification:best_pair_median_ratio_rate1h): the yardstick of FspairWriteAmplificationHigh.",
+            "none",
+            [
+                Query(
+                    f"class:fspair_write_amplification:best_pair_median_ratio_rate1h{{{CLASS}}}",
+                    "{{class}}: {{best_pair}}",
+                )
+            ],
+        ),
+        bar_panel(
+            "Best pair seen per class (host-FS latency overhead)",
+            "For each class and operation, the pair with the lowest median host-FS latency overhead "
+            "(class:fspair_hostfs_latency_overhead:best_pair_median_ratio_rate1h): the yardstick of FspairHostFSLatencyOverheadHigh.",
+            "none",
+            [
+                Query(
+                    f"class:fspair_hostfs_latency_overhead:best_pair_median_ratio_rate1h{{{CLASS}}}",
+                    "{{class}} {{op}}: {{best_pair}}",
+                )
+            ],
+        ),
+    ]
+
+
+def _contention(inputs: Inputs) -> list[PanelBuilder]:
+    limit = inputs.thresholds.contention_active_disks
+    active = rule("host_device:fspair_disks_active:count5m")
+    return [
+        timeseries_panel(
+            "Active VM disks per host device",
+            f"VM disks doing at least {inputs.thresholds.active_iops:g} requests/s on each host block device "
+            f"(host_device:fspair_disks_active:count5m). FspairHostFSContention fires at {limit:g} (dashed line).",
+            "short",
+            [Query(active, "{{instance}} {{host_device}} ({{host_fs}})")],
+            limit=limit,
+        ),
+        table_panel(
+            "Host devices",
+            "Each host block device holding VM disk images: the VM disks on it (fspair_host_device_vm_disks), how many are "
+            "active, and the device's write amplification over 1h (data and metadata it wrote per guest byte of its disks). "
+            "Click a row for the host file systems dashboard.",
+            "short",
+            [
+                Query(f"max by (instance, host_device, host_fs) ({raw('fspair_host_device_vm_disks')})"),
+                Query(f"max by (instance, host_device, host_fs) ({active})"),
+                Query(
+                    f"max by (instance, host_device, host_fs) ({rule('host_device:fspair_write_amplification:ratio_rate1h')})"
+                ),
+            ],
+            [
+                Column("instance", "Host"),
+                Column("host_device", "Device"),
+                Column("host_fs", "Host FS"),
+                Column("Value #A", "VM disks", "short"),
+                Column("Value #B", "Active", "short"),
+                Column("Value #C", "Write amplification (1h)", "none"),
+            ],
+            width=12,
+            links=Links(
+                {
+                    "Host file systems dashboard": dashboard_link(
+                        UID_HOSTFS,
+                        "var-instance=${__data.fields.instance}",
+                        "var-host_device=${__data.fields.host_device}",
+                    )
+                }
+            ),
+            sort_by="Active",
+        ),
+    ]
+
+
+def _alerts() -> list[PanelBuilder]:
+    return [
+        table_panel(
+            "Firing fspair alerts and their runbooks",
+            "fspair alerts firing now on the selected hosts, from Prometheus's ALERTS series. Click a row for the alert's "
+            "runbook (Meaning, Impact, Diagnosis, Mitigation).",
+            "none",
+            [Query(FIRING)],
+            [
+                Column("alertname", "Alert"),
+                Column("severity", "Severity"),
+                Column("instance", "Host"),
+                Column("domain", "VM"),
+                Column("target_device", "Disk"),
+                Column("host_device", "Host device"),
+                Column("class", "Class"),
+                Column("guest_fs", "Guest FS"),
+                Column("host_fs", "Host FS"),
+            ],
+            width=12,
+            links=Links({"Runbook": RUNBOOK_BASE + "${__data.fields.alertname}.md"}),
+        ),
+        state_panel(
+            "fspair alerts over time",
+            'When each fspair alert fired on the selected hosts (ALERTS, alertstate="firing"), one line per alert and subject.',
+            [Query(FIRING, "{{alertname}} {{instance}} {{domain}} {{target_device}} {{host_device}}")],
+            height=8,
+        ),
+    ]
+
+
+def build(inputs: Inputs) -> dash.Dashboard:
+    d = new_dashboard(
+        UID_FLEET,
+        "fspair / Fleet",
+        "Every VM disk of the selected hosts by live workload class and guest/host file-system pair: efficiency per pair, "
+        "disks on the knowledge base's worst pairs, the worst write amplification and host-FS overhead, contention per host "
+        "device, firing alerts. Built on the recording rules of rules/fspair.rules.yml.",
+    )
+    for v in standard_variables():
+        d = d.with_variable(v)
+    d = d.with_variable(
+        custom_variable(
+            "class",
+            "workload class",
+            inputs.classes,
+            "Live workload classes (rules/classes.yaml; mixed when none fits). The pair matrices repeat per selected class.",
+        )
+    )
+    d = d.with_row(row("Overview"))
+    for p in _overview():
+        d = d.with_panel(p)
+    d = d.with_row(row("Guest FS × host FS: $class").repeat("class"))
+    for p in _matrices():
+        d = d.with_panel(p)
+    d = d.with_row(row("VM disks on the knowledge base's worst pairs"))
+    for p in _worst_pairs():
+        d = d.with_panel(p)
+    d = d.with_row(row("Write amplification and host-FS overhead"))
+    for p in _efficiency(inputs):
+        d = d.with_panel(p)
+    d = d.with_row(row("Contention per host device"))
+    for p in _contention(inputs):
+        d = d.with_panel(p)
+    d = d.with_row(row("Alerts"))
+    for p in _alerts():
+        d = d.with_panel(p)
+    return d

@@ -1,0 +1,271 @@
+package dashboards
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fspair/fspair/tests/alerting"
+)
+
+// One real Prometheus for the package's tests (tests/alerting's stack): it
+// parses every query (rule target-promql) and, loaded with the repository's
+// committed rules and scraping synthetic exporter series, evaluates every
+// panel as Grafana would show it.
+var (
+	stackOnce  sync.Once
+	stack      *alerting.Stack
+	stackErr   error
+	stackClean []func() error
+)
+
+// The synthetic disks: two VMs running the same mail workload, one on the
+// pair the knowledge base lists as worst for mail (xfs in the VM, btrfs on
+// the host) and one on a best pair (ext4/ext4), as in tests/alerting.
+func syntheticDisks() []alerting.SyntheticDisk {
+	return []alerting.SyntheticDisk{
+		{
+			Domain: "mail-worst", UUID: "4d1c2b3a-0000-4000-8000-0000000000d1", TargetDevice: "vda",
+			SourceFile: "/srv/btrfs/mail-worst.raw", Format: "raw", GuestFS: "xfs", HostFS: "btrfs",
+			HostDevice: "/dev/vdb", HostMountpoint: "/srv/btrfs", Workload: alerting.WorkloadMail,
+		},
+		{
+			Domain: "mail-best", UUID: "4d1c2b3a-0000-4000-8000-0000000000d2", TargetDevice: "vda",
+			SourceFile: "/srv/ext4/mail-best.raw", Format: "raw", GuestFS: "ext4", HostFS: "ext4",
+			HostDevice: "/dev/vdc", HostMountpoint: "/srv/ext4", Workload: alerting.WorkloadMail,
+		},
+	}
+}
+
+func startStack() (*alerting.Stack, error) {
+	root, err := alerting.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	// The committed rule files only: rules/ also holds classes.yaml, which
+	// is no rule file.
+	dir, err := os.MkdirTemp("", "fspair-dashboards-rules-")
+	if err != nil {
+		return nil, fmt.Errorf("make rules directory: %w", err)
+	}
+	stackClean = append(stackClean, func() error { return os.RemoveAll(dir) })
+	for _, f := range []string{"fspair.rules.yml", "fspair-kdb.rules.yml", "fspair.alerts.yml"} {
+		b, err := everySecond(filepath.Join(root, "rules", f))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	target, err := alerting.NewSyntheticTarget(syntheticDisks())
+	if err != nil {
+		return nil, err
+	}
+	stackClean = append(stackClean, target.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := alerting.New(ctx, alerting.Options{
+		RulesDir:      dir,
+		ScrapeTargets: []alerting.Target{{Address: target.Addr()}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	stackClean = append(stackClean, s.Close)
+	return s, nil
+}
+
+// everySecond returns the rule file at path with every group evaluated at
+// the stack's global interval (1 s): the long-window groups run every few
+// minutes in production, which would make a test wait three of their
+// intervals for the fleet rules. The rules and their names are unchanged.
+func everySecond(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read rules (go run ./rules/gen -out rules/): %w", err)
+	}
+	var f struct {
+		Groups []map[string]any `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	for _, g := range f.Groups {
+		delete(g, "interval")
+	}
+	return yaml.Marshal(f)
+}
+
+// promStack starts the shared stack on first use; the test fails, never
+// skips, when Prometheus or Alertmanager is missing (make deps installs them).
+func promStack(t *testing.T) *alerting.Stack {
+	t.Helper()
+	stackOnce.Do(func() { stack, stackErr = startStack() })
+	if stackErr != nil {
+		t.Fatalf("start a Prometheus to check the queries with: %v", stackErr)
+	}
+	return stack
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for i := len(stackClean) - 1; i >= 0; i-- {
+		if err := stackClean[i](); err != nil {
+			fmt.Fprintf(os.Stderr, "dashboards: stop test stack: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// substitute replaces the Grafana variables of expr: the built-in ranges
+// by rangeValue, the others from values (default: the regex .+, which
+// keeps any matcher valid).
+func substitute(expr, rangeValue string, values map[string]string) string {
+	return grafanaVariable.ReplaceAllStringFunc(expr, func(v string) string {
+		m := grafanaVariable.FindStringSubmatch(v)
+		name := m[1] + m[2]
+		switch {
+		case builtinVariables[name]:
+			return rangeValue
+		case isRegexpGroup(name):
+			return v
+		case values[name] != "":
+			return values[name]
+		}
+		return ".+"
+	})
+}
+
+// checkPromQL asks Prometheus to parse and run every query, variables
+// replaced; an unparsable query comes back as bad_data.
+func checkPromQL(t *testing.T, s *alerting.Stack, qs []query) []problem {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []problem
+	for _, q := range qs {
+		if _, err := s.Query(ctx, substitute(q.expr, "5m", nil)); err != nil {
+			out = append(out, problem{ruleTargetPromQL, q.where, err.Error()})
+		}
+	}
+	return out
+}
+
+// emptyReasons are the queries that may come back empty on the synthetic
+// disks, and why; every other query must return data.
+var emptyReasons = []struct {
+	pattern *regexp.Regexp
+	why     string
+}{
+	{regexp.MustCompile(`libvirt_domain_block_stats_`), "no libvirt exporter runs in the test"},
+	{regexp.MustCompile(`fspair_disk_host_cache_`), "tests/alerting's synthetic target does not serve the page-cache counters"},
+	{regexp.MustCompile(`^ALERTS\{`), "no alert fires within the test: their `for` is 15 m to 1 h"},
+	{regexp.MustCompile(`source="site"|fspair_kdb_site_measurement`), "rules/kdb/site.yaml holds no site verdicts"},
+}
+
+func whyEmpty(expr string) string {
+	for _, r := range emptyReasons {
+		if r.pattern.MatchString(expr) {
+			return r.why
+		}
+	}
+	return ""
+}
+
+// waitForRules waits until the deepest rules of the chain have a value for
+// the synthetic disks: each disk against the best pair needs the class,
+// the pair, the fleet medians and the best pair.
+func waitForRules(t *testing.T, s *alerting.Stack) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, q := range []string{
+		`domain_disk:fspair_write_amplification_vs_best:ratio_rate1h`,
+		`domain_disk:fspair_hostfs_latency_overhead_vs_best:ratio_rate1h`,
+		`domain_disk:fspair_pair_verdict:info`,
+	} {
+		for {
+			got, err := s.Query(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			domains := map[string]bool{}
+			for _, s := range got {
+				domains[s.Labels["domain"]] = true
+			}
+			if len(domains) == len(syntheticDisks()) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s has series for %d disks after 3 minutes, want all %d: %v", q, len(domains), len(syntheticDisks()), got)
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// TestPanelsOnSyntheticDisks shows every panel of the committed dashboards
+// the way Grafana would for the worst-pair disk, against the committed
+// rules fed by synthetic exporter series: every query must run, and return
+// data unless emptyReasons says why it cannot here. A panel reading a
+// label or series the rules do not produce comes back empty and fails.
+func TestPanelsOnSyntheticDisks(t *testing.T) {
+	s := promStack(t)
+	waitForRules(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The dashboard as opened on the worst-pair disk, every multi-value
+	// variable at All.
+	values := map[string]string{"job": "fspair", "domain": "mail-worst", "disk": "vda"}
+	l := newLinter(t)
+	files := readDashboards(t, ".")
+	ran, empty := 0, 0
+	for _, name := range sortedKeys(files) {
+		_, qs := l.lint(files[name])
+		for _, q := range qs {
+			expr := substitute(q.expr, "30s", values)
+			got, err := s.Query(ctx, expr)
+			ran++
+			switch {
+			case err != nil:
+				t.Errorf("%s: %s: %v", name, q.where, err)
+			case len(got) > 0:
+			case whyEmpty(expr) != "":
+				empty++
+				t.Logf("%s: %s: empty: %s", name, q.where, whyEmpty(expr))
+			default:
+				t.Errorf("%s: %s: no data on the synthetic disks:\n%s", name, q.where, expr)
+			}
+		}
+	}
+	t.Logf("%d queries run, %d empty for a stated reason", ran, empty)
+
+	// The headline of the fleet dashboard: the worst-pair disk is listed.
+	fleet := files["fspair-fleet.json"]
+	if fleet == nil {
+		t.Fatal("no fspair-fleet.json")
+	}
+	for _, p := range flatten(fleet.Panels) {
+		if p.Type == panelTypeRow || p.Title != "VM disks on the knowledge base's worst pairs" {
+			continue
+		}
+		got, err := s.Query(ctx, substitute(p.Targets[0].Expr, "30s", values))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Labels["domain"] != "mail-worst" || got[0].Labels["better_pairs"] == "" {
+			t.Errorf("%q lists %v, want mail-worst alone with its better pairs", p.Title, got)
+		}
+		return
+	}
+	t.Error("fspair-fleet.json has no panel listing the disks on worst pairs")
+}
