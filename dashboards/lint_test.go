@@ -128,6 +128,10 @@ var libvirtMetrics = map[string]bool{
 	"libvirt_domain_block_stats_flush_requests_total": true, "libvirt_domain_block_stats_flush_seconds_total": true,
 }
 
+// k6's series, written into the same Prometheus by its remote-write output
+// during a load test (tests/k6): they carry k6's tags, no job or instance.
+var k6Metrics = map[string]bool{"k6_http_reqs_total": true, "k6_http_req_duration_p95": true}
+
 // Series Prometheus itself writes for alerting rules: no job, and the
 // alert's own labels.
 var alertSeries = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true}
@@ -353,14 +357,14 @@ func isRegexpGroup(name string) bool {
 func (l *linter) lintSelector(s selector, where string, add addFunc) {
 	// A name with a colon is a recording rule by the naming convention
 	// (level:metric:operations), recorded or not (target-metric says).
-	raw := !strings.Contains(s.name, ":") && !l.recorded[s.name] && !alertSeries[s.name]
+	raw := !strings.Contains(s.name, ":") && !l.recorded[s.name] && !alertSeries[s.name] && !k6Metrics[s.name]
 	switch {
 	case strings.Contains(s.name, ":") && !l.recorded[s.name]:
 		add(ruleTargetMetric, where, "%s is not a recording rule of rules/*.yml", s.name)
 	case strings.HasPrefix(s.name, "fspair_") && raw && !l.exported[s.name] && !l.exported[histogramFamily(s.name)]:
 		add(ruleTargetMetric, where, "%s is neither recorded by rules/*.yml nor declared by exporter/collector", s.name)
-	case !strings.HasPrefix(s.name, "fspair_") && !strings.Contains(s.name, ":") && !libvirtMetrics[s.name] && !alertSeries[s.name]:
-		add(ruleTargetMetric, where, "%s is not a series fspair dashboards know (fspair, libvirt exporter, ALERTS)", s.name)
+	case !strings.HasPrefix(s.name, "fspair_") && !strings.Contains(s.name, ":") && !libvirtMetrics[s.name] && !alertSeries[s.name] && !k6Metrics[s.name]:
+		add(ruleTargetMetric, where, "%s is not a series fspair dashboards know (fspair, libvirt exporter, k6, ALERTS)", s.name)
 	}
 	if s.rangeText != "" {
 		switch {

@@ -166,6 +166,7 @@ var emptyReasons = []struct {
 	why     string
 }{
 	{regexp.MustCompile(`libvirt_domain_block_stats_`), "no libvirt exporter runs in the test"},
+	{regexp.MustCompile(`k6_http_`), "no k6 load test writes into the test's Prometheus (tests/k6 checks them live)"},
 	{regexp.MustCompile(`fspair_disk_host_cache_`), "tests/alerting's synthetic target does not serve the page-cache counters"},
 	{regexp.MustCompile(`^ALERTS\{`), "no alert fires within the test: their `for` is 15 m to 1 h"},
 	{regexp.MustCompile(`source="site"|fspair_kdb_site_measurement`), "rules/kdb/site.yaml holds no site verdicts"},

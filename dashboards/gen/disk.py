@@ -4,7 +4,8 @@ Rows follow the data path: what the disk is and what the knowledge base says
 about its pair; the workload the classifier sees; request sizes and seek
 distances; latency by stage; flushes and what they cost the host; the host
 file system's journal, metadata and copy-on-write work; the host page cache;
-the image file's layout; and the libvirt exporter's view of the same disk.
+the image file's layout; the libvirt exporter's view of the same disk; and
+a k6 load test's request rate and latency beside the disk's class and latency.
 """
 
 from __future__ import annotations
@@ -786,6 +787,58 @@ def _libvirt() -> list[PanelBuilder]:
     ]
 
 
+def _load_test() -> list[PanelBuilder]:
+    # k6 writes its metrics into the same Prometheus (experimental-prometheus-rw
+    # output, tests/k6): they carry no job or instance, only k6's own tags.
+    return [
+        timeseries_panel(
+            "Load test: k6 requests per second",
+            "Requests per second the k6 load test sent, and those that failed (k6_http_reqs_total written by k6's "
+            "Prometheus remote-write output; empty when no k6 run writes here). Read it against the disk's panels beside it.",
+            "reqps",
+            [
+                Query("sum(rate(k6_http_reqs_total[$__rate_interval]))", "requests"),
+                Query('sum(rate(k6_http_reqs_total{expected_response="false"}[$__rate_interval]))', "failed"),
+            ],
+            width=6,
+        ),
+        timeseries_panel(
+            "Load test: k6 p95 latency",
+            "95th percentile of k6's request duration (k6_http_req_duration_p95, with K6_PROMETHEUS_RW_TREND_STATS "
+            "including p(95)): what the application's users saw while the disk below did its work.",
+            "s",
+            [Query("max(k6_http_req_duration_p95)", "p95")],
+            width=6,
+        ),
+        state_panel(
+            "Disk class during the load",
+            "The disk's live workload class on the same time axis (domain_disk:fspair_workload_class:info).",
+            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            width=4,
+            height=8,
+        ),
+        timeseries_panel(
+            "Disk latency by stage during the load",
+            "Mean latency of the disk's reads and writes on the image file and on the host device over 5m "
+            "(domain_disk:fspair_disk_stage_seconds:mean5m).",
+            "s",
+            [Query(disk_rule("domain_disk:fspair_disk_stage_seconds:mean5m"), "{{stage}} {{op}}")],
+            width=4,
+        ),
+        timeseries_panel(
+            "Pair efficiency during the load",
+            "Write amplification (host device bytes per guest byte, domain_disk:fspair_write_amplification:ratio_rate5m) "
+            "and host-FS latency overhead (image-file per device latency, domain_disk:fspair_hostfs_latency_overhead:ratio_rate5m).",
+            "none",
+            [
+                Query(disk_rule("domain_disk:fspair_write_amplification:ratio_rate5m"), "write amplification"),
+                Query(disk_rule("domain_disk:fspair_hostfs_latency_overhead:ratio_rate5m"), "latency overhead {{op}}"),
+            ],
+            width=4,
+        ),
+    ]
+
+
 def build(inputs: Inputs) -> dash.Dashboard:
     d = new_dashboard(
         UID_DISK,
@@ -807,6 +860,7 @@ def build(inputs: Inputs) -> dash.Dashboard:
         ("Host page cache", _page_cache()),
         ("Image layout", _layout()),
         ("Libvirt exporter's view of the same disk", _libvirt()),
+        ("Load test (k6) against the disk", _load_test()),
     ]
     for title, panels in sections:
         d = d.with_row(row(title))
