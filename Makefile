@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test lab-test demo demo-smoke bench bench-rules report fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test lab-test demo demo-smoke bench bench-rules report validate fuzz deps clean
 
 all: build
 
@@ -55,7 +55,7 @@ unit-test:
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"
-	$(GO) test -count=1 -p 1 -timeout 45m -v ./tests/...
+	$(GO) test -count=1 -p 1 -timeout 75m -v ./tests/...
 
 demo: build
 	bash scripts/demo.sh
@@ -66,6 +66,11 @@ demo-smoke: build
 
 bench: build
 	bash scripts/bench.sh
+
+# The live workload class on lab guests, full matrix with production rule
+# windows (tests/validate; about 2 h 45 min; CI runs a subset with short windows).
+validate:
+	flock /var/tmp/fspair-lab.lock $(GO) test -tags validate -count=1 -v -timeout 4h ./tests/validate/ -run 'TestValidateFull$$'
 
 # Rule evaluation cost in a real Prometheus at 2,000 synthetic disks (~70 minutes).
 bench-rules:

@@ -65,6 +65,9 @@ type Options struct {
 	Dir string
 	// StartTimeout bounds the start of each daemon (default 30 s).
 	StartTimeout time.Duration
+	// PrometheusFlags are more command-line flags for Prometheus, e.g.
+	// --web.enable-remote-write-receiver for k6's metrics.
+	PrometheusFlags []string
 }
 
 // Alert is one alert as a notification carried it, or as the
@@ -437,12 +440,13 @@ func (s *Stack) startPrometheus(ctx context.Context) error {
 		if err := os.WriteFile(file, cfg, 0o644); err != nil {
 			return fmt.Errorf("write prometheus config: %w", err)
 		}
-		p, err := startProcess("prometheus", s.opts.Prometheus,
-			"--config.file="+file,
-			"--storage.tsdb.path="+filepath.Join(s.dir, fmt.Sprintf("prometheus-data-%d", attempt)),
-			"--web.listen-address="+addr,
+		args := append([]string{
+			"--config.file=" + file,
+			"--storage.tsdb.path=" + filepath.Join(s.dir, fmt.Sprintf("prometheus-data-%d", attempt)),
+			"--web.listen-address=" + addr,
 			"--log.level=debug",
-		)
+		}, s.opts.PrometheusFlags...)
+		p, err := startProcess("prometheus", s.opts.Prometheus, args...)
 		if err != nil {
 			return err
 		}
