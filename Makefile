@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test lab-test demo demo-smoke bench bench-rules report validate fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate fuzz deps clean
 
 all: build
 
@@ -41,13 +41,13 @@ check-dashboards:
 	bash scripts/dashboards.sh check
 
 lint: build
-	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench report dashboards)" || { gofmt -l exporter bpf tests rules bench report dashboards; exit 1; }
+	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench report dashboards deploy)" || { gofmt -l exporter bpf tests rules bench report dashboards deploy; exit 1; }
 	@echo "== go vet"; $(GO) vet ./...
 	@echo "== promtool check metrics"; bash scripts/check-metrics.sh $(BIN)
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate check-rules check-dashboards lint unit-test lab-test demo-smoke
+test: build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
@@ -63,6 +63,21 @@ demo: build
 # The demo, bounded in time, with its summary checked (part of make test).
 demo-smoke: build
 	bash scripts/demo-smoke.sh
+
+# The native stack (Debian packages, the same configuration files as compose.yaml).
+stack: build
+	bash scripts/stack.sh start
+
+stack-stop:
+	bash scripts/stack.sh stop
+
+stack-status:
+	bash scripts/stack.sh status
+
+# compose.yaml, the native stack, the systemd unit (root: starts the stack).
+deploy-test: build
+	@echo "== deploy: compose.yaml, native stack, systemd unit"
+	$(GO) test -count=1 -v ./deploy/...
 
 bench: build
 	bash scripts/bench.sh

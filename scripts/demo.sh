@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make demo: two lab VMs on two file-system pairs, fspair_exporter, Prometheus.
-# Extra arguments go to the demo (e.g. --duration=2m to stop by itself).
+# make demo: the native stack (scripts/stack.sh: Prometheus with the rules,
+# Alertmanager, node and libvirt exporters, fspair_exporter) and two lab VMs
+# on two file-system pairs. Extra arguments go to the demo (e.g.
+# --duration=2m to stop by itself; go run ./tests/demo -h lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (loop devices, mounts, BPF)"; exit 1; }

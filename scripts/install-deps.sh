@@ -8,6 +8,8 @@ pkgs=(
 	clang llvm libbpf-dev bpftool        # make generate (BPF C -> bpf2go)
 	prometheus                           # promtool (lint), the demo's Prometheus
 	prometheus-alertmanager              # the alert path tests and the demo stack
+	prometheus-node-exporter prometheus-libvirt-exporter  # the native stack (scripts/stack.sh)
+	docker-compose                       # deploy tests: `docker-compose config` on compose.yaml (no engine needed)
 	qemu-system-x86 qemu-utils           # the VM lab
 	fio xfsprogs btrfs-progs e2fsprogs util-linux fdisk
 	busybox-static cpio kmod             # the lab's guest initramfs

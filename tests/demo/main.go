@@ -1,11 +1,14 @@
-// Command demo runs fspair end to end on one machine: two lab VMs on two
-// different guest/host file-system pairs with different workloads,
-// fspair_exporter, and a Prometheus scraping it; then prints where to look
-// and a per-disk summary read back from Prometheus. Ctrl-C (or --duration)
-// tears everything down.
+// Command demo runs fspair end to end on one machine: the native stack
+// (scripts/stack.sh: Prometheus with fspair's rules, Alertmanager, the node
+// exporter, the libvirt exporter when libvirtd answers, and
+// fspair_exporter) and two lab VMs on two different guest/host file-system
+// pairs with different workloads; then prints where to look and a per-disk
+// summary read back from Prometheus. Ctrl-C (or --duration) tears
+// everything down; the stack's logs stay in its directory.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,8 +59,8 @@ func main() { os.Exit(run()) }
 func run() int {
 	var (
 		exporterBin = flag.String("exporter", "bin/fspair_exporter", "fspair_exporter binary")
-		exporterAt  = flag.String("exporter.listen", "127.0.0.1:9477", "exporter listen address")
-		promAt      = flag.String("prometheus.listen", "127.0.0.1:19090", "Prometheus listen address")
+		stackScript = flag.String("stack", "scripts/stack.sh", "the native stack's script")
+		stackDir    = flag.String("stack.dir", "/var/tmp/fspair-demo", "the stack's data, logs and pid files (emptied at start, logs kept at exit)")
 		cacheDir    = flag.String("lab.cache", lab.DefaultCacheDir(), "lab kit cache")
 		duration    = flag.Duration("duration", 0, "stop after this long (0 = until Ctrl-C)")
 		every       = flag.Duration("summary.interval", 30*time.Second, "how often to print the summary")
@@ -70,15 +73,19 @@ func run() int {
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	if err := demo(ctx, *exporterBin, *exporterAt, *promAt, *cacheDir, *every); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	st := &stack{script: *stackScript, dir: *stackDir, exporter: *exporterBin}
+	if err := demo(ctx, st, *cacheDir, *every); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func demo(ctx context.Context, exporterBin, exporterAt, promAt, cacheDir string, every time.Duration) (err error) {
+func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) (err error) {
 	setup := context.Background() // setup steps finish even if Ctrl-C comes mid-way; teardown follows
+	if err := st.reset(); err != nil {
+		return err
+	}
 	l, err := lab.New(setup, "", cacheDir, prefixed("lab: "))
 	if err != nil {
 		return err
@@ -89,6 +96,26 @@ func demo(ctx context.Context, exporterBin, exporterAt, promAt, cacheDir string,
 			err = cerr
 		}
 	}()
+
+	// The stack starts before the VMs and stops before the lab's teardown:
+	// the exporter holds the images open, which would keep their host file
+	// systems from unmounting.
+	if err := st.start(); err != nil {
+		return err
+	}
+	defer func() {
+		if serr := st.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	logCtx, stopLog := context.WithCancel(context.Background())
+	defer stopLog()
+	// The exporter's warnings and errors, as a demo run in the foreground
+	// would show them; the rest stays in its log file.
+	go follow(logCtx, filepath.Join(st.dir, "log", "fspair-exporter.log"), "exporter: ",
+		func(line string) bool {
+			return strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")
+		})
 
 	for _, v := range vms {
 		h, err := l.NewHostFS(setup, v.hostFS, 2048)
@@ -116,33 +143,22 @@ func demo(ctx context.Context, exporterBin, exporterAt, promAt, cacheDir string,
 			v.name, v.guestFS, v.hostFS, v.format, v.cache, v.aio, v.workload)
 	}
 
-	exp := exec.Command(exporterBin, "--web.listen-address="+exporterAt, "--no-discovery.libvirt", "--log.level=warn")
-	exp.Stdout, exp.Stderr = prefixed("exporter: "), prefixed("exporter: ")
-	if err := exp.Start(); err != nil {
-		return fmt.Errorf("start %s (run 'make build' first): %w", exporterBin, err)
+	promURL := st.url("PROMETHEUS_URL")
+	libvirt := st.url("LIBVIRT_EXPORTER_URL") + "/metrics"
+	if st.url("LIBVIRT_EXPORTER_URL") == "" {
+		libvirt = "not running: libvirtd does not answer (the lab's VMs are plain QEMU)"
 	}
-	defer stopProcess(exp)
-
-	promDir, err := os.MkdirTemp("", "fspair-demo-prometheus")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(promDir)
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nscrape_configs:\n"+
-		"  - job_name: fspair\n    static_configs:\n      - targets: ['%s']\n", exporterAt)
-	if err := os.WriteFile(filepath.Join(promDir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	prom := exec.Command("prometheus", "--config.file="+filepath.Join(promDir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(promDir, "data"), "--web.listen-address="+promAt, "--log.level=warn")
-	prom.Stdout, prom.Stderr = prefixed("prometheus: "), prefixed("prometheus: ")
-	if err := prom.Start(); err != nil {
-		return fmt.Errorf("start prometheus (make deps installs it): %w", err)
-	}
-	defer stopProcess(prom)
-
-	fmt.Printf("\ndemo: running. Look at:\n  exporter    http://%s/metrics\n  prometheus  http://%s/graph"+
-		"  (try: rate(fspair_disk_requests_total[1m]))\n  Ctrl-C to stop and clean up.\n\n", exporterAt, promAt)
+	fmt.Printf("\ndemo: running. Look at:\n"+
+		"  prometheus    %s/graph  (try: rate(fspair_disk_requests_total[1m]); the rules' series: {__name__=~\"domain_disk:.+\"})\n"+
+		"  alerts        %s/alerts, Alertmanager %s\n"+
+		"  exporter      %s/metrics\n"+
+		"  node          %s/metrics\n"+
+		"  libvirt       %s\n"+
+		"  grafana       dashboards/*.json, for a Grafana reading this Prometheus (compose.yaml runs one)\n"+
+		"  logs          %s\n"+
+		"  Ctrl-C to stop and clean up.\n\n",
+		promURL, promURL, st.url("ALERTMANAGER_URL"), st.url("FSPAIR_EXPORTER_URL"), st.url("NODE_EXPORTER_URL"),
+		libvirt, filepath.Join(st.dir, "log"))
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -150,9 +166,100 @@ func demo(ctx context.Context, exporterBin, exporterAt, promAt, cacheDir string,
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			if err := summary(ctx, promAt); err != nil {
+			if err := summary(ctx, promURL); err != nil {
 				fmt.Printf("demo: summary: %v\n", err)
 			}
+		}
+	}
+}
+
+// stack is the native stack the demo runs with scripts/stack.sh.
+type stack struct {
+	script, dir, exporter string
+	env                   map[string]string // DIR/stack.env, once started
+}
+
+// reset empties the stack's directory of an earlier run, unless a stack
+// still runs there (as the script's status, which checks its pid files
+// against the processes, tells).
+func (s *stack) reset() error {
+	out, _ := exec.Command("bash", s.script, "status", "--dir", s.dir).CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, " up ") || strings.Contains(line, " not ready ") {
+			return fmt.Errorf("a stack runs in %s (another demo?); stop it with: %s stop --dir %s", s.dir, s.script, s.dir)
+		}
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("empty stack directory: %w", err)
+	}
+	return nil
+}
+
+func (s *stack) start() error {
+	exporter, err := filepath.Abs(s.exporter)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("bash", s.script, "start", "--dir", s.dir)
+	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter)
+	// The script prints its own "stack: " lines, errors included.
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("start the stack (%s start --dir %s): %w", s.script, s.dir, err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "stack.env"))
+	if err != nil {
+		return fmt.Errorf("read the stack's addresses: %w", err)
+	}
+	s.env = map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			s.env[k] = v
+		}
+	}
+	if s.url("PROMETHEUS_URL") == "" {
+		return fmt.Errorf("%s/stack.env names no PROMETHEUS_URL", s.dir)
+	}
+	return nil
+}
+
+// url is a URL from the stack's stack.env, "" for a component not running.
+func (s *stack) url(key string) string { return s.env[key] }
+
+func (s *stack) stop() error {
+	cmd := exec.Command("bash", s.script, "stop", "--dir", s.dir)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("stop the stack (%s stop --dir %s): %w", s.script, s.dir, err)
+	}
+	return nil
+}
+
+// follow prints the lines of the log file path that keep accepts, with a
+// prefix, as they are written, until ctx ends.
+func follow(ctx context.Context, path, prefix string, keep func(string) bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Printf("demo: follow %s: %v\n", path, err)
+		return
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	var partial string
+	for {
+		line, err := r.ReadString('\n')
+		partial += line
+		if err == nil {
+			if keep(partial) {
+				fmt.Print(prefix + partial)
+			}
+			partial = ""
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300 * time.Millisecond):
 		}
 	}
 }
@@ -168,10 +275,10 @@ var columns = []struct{ head, query, format string }{
 	{"P99_WRITE_ms", `1000 * histogram_quantile(0.99, sum by (domain, target_device, le) (rate(fspair_disk_request_duration_seconds_bucket{op="write"}[1m])))`, "%.2f"},
 }
 
-func summary(ctx context.Context, promAt string) error {
+func summary(ctx context.Context, promURL string) error {
 	rows := map[string]map[string]string{}
 	pairs := map[string]string{}
-	info, err := query(ctx, promAt, `fspair_disk_info`)
+	info, err := query(ctx, promURL, `fspair_disk_info`)
 	if err != nil {
 		return err
 	}
@@ -181,7 +288,7 @@ func summary(ctx context.Context, promAt string) error {
 		rows[k] = map[string]string{}
 	}
 	for _, c := range columns {
-		res, err := query(ctx, promAt, c.query)
+		res, err := query(ctx, promURL, c.query)
 		if err != nil {
 			return err
 		}
@@ -217,7 +324,35 @@ func summary(ctx context.Context, promAt string) error {
 		fmt.Fprintf(w, "%s\t\n", strings.Join(line, "\t"))
 	}
 	fmt.Printf("demo: per-disk summary from Prometheus at %s (last minute)\n", time.Now().Format("15:04:05"))
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return alerts(ctx, promURL)
+}
+
+// alerts prints the alerts of fspair's rules that are pending or firing.
+// Their windows (5m, 1h) and `for` durations are longer than a short demo
+// run: usually there are none yet.
+func alerts(ctx context.Context, promURL string) error {
+	res, err := query(ctx, promURL, `ALERTS`)
+	if err != nil {
+		return err
+	}
+	var out []string
+	for _, s := range res {
+		a := s.Metric["alertname"] + " " + s.Metric["alertstate"]
+		if d := s.Metric["domain"]; d != "" {
+			a += " (" + d + ")"
+		}
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		fmt.Println("demo: alerts: none pending or firing")
+		return nil
+	}
+	fmt.Printf("demo: alerts: %s\n", strings.Join(out, ", "))
+	return nil
 }
 
 type sample struct {
@@ -225,8 +360,8 @@ type sample struct {
 	Value  []any             `json:"value"`
 }
 
-func query(ctx context.Context, promAt, q string) ([]sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+promAt+"/api/v1/query?query="+url.QueryEscape(q), nil)
+func query(ctx context.Context, promURL, q string) ([]sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, promURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -249,21 +384,6 @@ func query(ctx context.Context, promAt, q string) ([]sample, error) {
 		return nil, fmt.Errorf("prometheus: %s", out.Error)
 	}
 	return out.Data.Result, nil
-}
-
-func stopProcess(c *exec.Cmd) {
-	if c.Process == nil {
-		return
-	}
-	c.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		c.Process.Kill()
-		<-done
-	}
 }
 
 // prefixed writes each line with a prefix to stdout.
