@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate loadtest fuzz deps clean
 
 all: build
 
@@ -81,6 +81,12 @@ deploy-test: build
 
 bench: build
 	bash scripts/bench.sh
+
+# k6 (pinned, built by scripts/k6.sh): a web service in a lab VM under load with
+# k6's metrics in the same Prometheus, 200 scrapers on /metrics, and the
+# dashboards' queries at the rate of a team of 20 (tests/k6; about 5 minutes).
+loadtest:
+	flock /var/tmp/fspair-lab.lock $(GO) test -tags loadtest -count=1 -v -timeout 25m ./tests/k6/
 
 # The live workload class on lab guests, full matrix with production rule
 # windows (tests/validate; about 2 h 45 min; CI runs a subset with short windows).

@@ -28,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -51,7 +50,8 @@ func run() int {
 	app := kingpin.New(name, "Per-VM-disk I/O and file-system-pair metrics for KVM hosts, from tracepoint BPF probes.")
 	var (
 		metricsPath  = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
-		maxRequests  = app.Flag("web.max-requests", "Maximum number of parallel scrape requests (0 = no limit).").Default("40").Int()
+		maxRequests  = app.Flag("web.max-requests", "Maximum number of scrapes served at once (0 = no limit); more wait for a slot up to their scrape timeout (10 s at most), then get 503.").Default("40").Int()
+		gzipLevel    = app.Flag("web.gzip-level", "Compression level of the response when the scraper accepts gzip: 1 (fastest) to 9, or 0 to never compress (at a thousand disks compressing takes longer than writing the metrics; 0 suits a Prometheus on the same host).").Default("1").Int()
 		checkOnly    = app.Flag("check", "Discover disks, load and attach the probes, print what was found, and exit 0 if all is well, 1 if not.").Bool()
 		interval     = app.Flag("discovery.interval", "How often to look for VMs and disks.").Default("5s").Duration()
 		useLibvirt   = app.Flag("discovery.libvirt", "Discover libvirt domains.").Default("true").Bool()
@@ -77,6 +77,10 @@ func run() int {
 	logger := promslog.New(logConfig)
 	if *maxDisks < 1 || *maxDisks > 65536 {
 		fmt.Fprintf(os.Stderr, "%s: --bpf.max-disks must be between 1 and 65536, got %d\n", name, *maxDisks)
+		return 2
+	}
+	if *gzipLevel < 0 || *gzipLevel > 9 {
+		fmt.Fprintf(os.Stderr, "%s: --web.gzip-level must be between 0 and 9, got %d\n", name, *gzipLevel)
 		return 2
 	}
 	if *interval < 100*time.Millisecond {
@@ -172,13 +176,23 @@ func run() int {
 		versioncollector.NewCollector("fspair_exporter"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// The disk and host metrics are not in the registry: the
+		// handler writes them straight from the kernel counters.
 		collector.NewExporter(map[string]collector.Collector{
-			"disk":      collector.NewDiskCollector(inv, probes),
-			"host":      collector.NewHostCollector(inv, probes),
 			"probe":     collector.NewProbeCollector(probes),
 			"discovery": collector.NewDiscoveryCollector(inv, disc.Sources()),
 		}, logger),
 	)
+	metrics, err := collector.NewHandler(reg, inv, probes, probes, collector.HandlerOpts{
+		Logger:              logger,
+		MaxRequestsInFlight: *maxRequests,
+		Registry:            reg,
+		GzipLevel:           *gzipLevel,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
 	// The first round runs before serving so that the first scrape sees the disks.
 	if err := inv.Refresh(ctx); err != nil {
 		logger.Warn("first discovery", "err", err)
@@ -186,11 +200,7 @@ func run() int {
 	go inv.Run(ctx, *interval)
 
 	mux := http.NewServeMux()
-	mux.Handle(*metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		MaxRequestsInFlight: *maxRequests,
-		Registry:            reg,
-	}))
+	mux.Handle(*metricsPath, metrics)
 	if *metricsPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "fspair exporter",

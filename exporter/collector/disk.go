@@ -23,8 +23,8 @@ var (
 var diskLabels = []string{"domain", "uuid", "target_device", "source_file"}
 
 func diskDesc(name, help string, extra ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "disk", name), help,
-		append(append([]string{}, diskLabels...), extra...), nil)
+	return describe(prometheus.BuildFQName(namespace, "disk", name), help,
+		append(append([]string{}, diskLabels...), extra...))
 }
 
 var (

@@ -27,9 +27,8 @@ type fakeCounters map[uint32]bpf.DiskCounters
 
 func (f fakeCounters) Counters(slot uint32) (bpf.DiskCounters, error) { return f[slot], nil }
 
-// TestDiskExposition compares the disk collector's output for fixed
-// counters with a golden exposition file (go test -update rewrites it).
-func TestDiskExposition(t *testing.T) {
+// goldenCounters are the counters of slot 7 in the golden fixture.
+func goldenCounters() bpf.DiskCounters {
 	var c bpf.DiskCounters
 	c.Requests = [6]uint64{100, 50, 5, 1, 2, 0}
 	c.Bytes = [6]uint64{409600, 3276800, 0, 1 << 20, 131072, 0}
@@ -58,20 +57,31 @@ func TestDiskExposition(t *testing.T) {
 	c.Submissions = [4]uint64{0, 158, 0, 0}
 	c.FormatRequests = [2]uint64{4, 2}
 	c.FormatBytes = [2]uint64{262144, 131072}
-	disks := fakeDisks{
-		{
-			Disk: discovery.Disk{Domain: "web1", UUID: "6f1c0e58-6a3c-4d7e-9d34-1b2c3d4e5f60", TargetDevice: "vda",
-				SourceFile: "/var/lib/libvirt/images/web1.qcow2", Source: "libvirt", Cache: "none", AIO: "native"},
-			ImageFormat: "qcow2", GuestFS: "xfs", GuestFSSource: "image", VirtualSize: 10 << 30,
-			HostFS:  hostfs.Mount{FSType: "btrfs", MountPoint: "/var/lib/libvirt/images", Device: "/dev/sdb1"},
-			Tracked: true, Slot: 7,
-		},
-		{
-			// Not tracked (over the disk limit): info only.
-			Disk:        discovery.Disk{Domain: "web2", TargetDevice: "vdb", SourceFile: "/srv/web2.img", Source: "qemu"},
-			ImageFormat: "raw", GuestFS: "unknown", GuestFSSource: "image",
-		},
-	}
+	return c
+}
+
+// goldenDisks are the disks of the golden fixture: one tracked in slot 7,
+// one not.
+var goldenDisks = fakeDisks{
+	{
+		Disk: discovery.Disk{Domain: "web1", UUID: "6f1c0e58-6a3c-4d7e-9d34-1b2c3d4e5f60", TargetDevice: "vda",
+			SourceFile: "/var/lib/libvirt/images/web1.qcow2", Source: "libvirt", Cache: "none", AIO: "native"},
+		ImageFormat: "qcow2", GuestFS: "xfs", GuestFSSource: "image", VirtualSize: 10 << 30,
+		HostFS:  hostfs.Mount{FSType: "btrfs", MountPoint: "/var/lib/libvirt/images", Device: "/dev/sdb1"},
+		Tracked: true, Slot: 7,
+	},
+	{
+		// Not tracked (over the disk limit): info only.
+		Disk:        discovery.Disk{Domain: "web2", TargetDevice: "vdb", SourceFile: "/srv/web2.img", Source: "qemu"},
+		ImageFormat: "raw", GuestFS: "unknown", GuestFSSource: "image",
+	},
+}
+
+// TestDiskExposition compares the disk collector's output for fixed
+// counters with a golden exposition file (go test -update rewrites it).
+func TestDiskExposition(t *testing.T) {
+	c := goldenCounters()
+	disks := goldenDisks
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 		if err := NewDiskCollector(disks, fakeCounters{7: c}).Update(ch); err != nil {

@@ -13,8 +13,8 @@ var kindNames = []string{"data", "metadata", "other"}
 var deviceLabels = []string{"host_device", "host_fs", "host_mountpoint"}
 
 func deviceDesc(name, help string, extra ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "host_device", name), help,
-		append(append([]string{}, deviceLabels...), extra...), nil)
+	return describe(prometheus.BuildFQName(namespace, "host_device", name), help,
+		append(append([]string{}, deviceLabels...), extra...))
 }
 
 var (

@@ -1,0 +1,459 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	bpf "github.com/fspair/fspair/bpf/obj"
+	"github.com/fspair/fspair/exporter/inventory"
+)
+
+// The per-disk and per-host-device families, written directly (text.go).
+// They carry the same names, help, types, labels and values as the
+// DiskCollector and HostCollector send through client_golang
+// (TestDirectMatchesCollectors checks it on random counters); the
+// exporter serves these and leaves the collectors to that test.
+
+// descInfo is what the direct writer needs of a Desc.
+type descInfo struct{ name, help string }
+
+// descs holds the name and help of every per-disk and per-device Desc, so
+// that both ways of exposing them share one text.
+var descs = map[*prometheus.Desc]descInfo{}
+
+func describe(fqName, help string, labels []string) *prometheus.Desc {
+	d := prometheus.NewDesc(fqName, help, labels, nil)
+	descs[d] = descInfo{fqName, help}
+	return d
+}
+
+func familyOf(d *prometheus.Desc, typ string) *family {
+	i := descs[d]
+	return newFamily(i.name, i.help, typ)
+}
+
+func histFamilyOf(d *prometheus.Desc, bounds []float64) *histFamily {
+	i := descs[d]
+	return newHistFamily(i.name, i.help, bounds)
+}
+
+// Label pairs that follow a disk's or device's label set.
+var (
+	opExtra        = extraLabels("op", opNames)
+	dirExtra       = opExtra[:len(dirNames)]
+	ifaceExtra     = extraLabels("interface", ifaceNames)
+	syncExtra      = extraLabels("mode", syncModes)
+	cacheReadExtra = extraLabels("result", cacheReadResults)
+	cacheWrExtra   = extraLabels("result", cacheWriteResults)
+	seekExtra      = extraLabels("reference", []string{"previous", "nearest16"})
+	btrfsExtra     = extraLabels("mode", []string{"cow", "nocow"})
+	stageFile      = extraLabels("stage", []string{"file"})[0]
+	stageQueue     = extraLabels("stage", []string{"host_queue"})[0]
+	stageDevice    = extraLabels("stage", []string{"device"})[0]
+	flushCall      = extraLabels("source", []string{"call"})[0]
+	flushJournal   = "," + labelPairs("source", "journal", "kind", "metadata")
+	kindExtra      = extraLabels("kind", kindNames)
+)
+
+// diskRow is one disk in a scrape: its labels, escaped once, and its
+// kernel counters, read once.
+type diskRow struct {
+	d      *inventory.Disk
+	labels string // domain="...",uuid="...",target_device="...",source_file="..."
+	disk   bool   // c holds the disk's counters
+	host   bool   // h holds its host-side counters
+	c      bpf.DiskCounters
+	h      bpf.HostImageDeviceCounters
+
+	// Scalars of c and h as one-element arrays, for the vector writers.
+	punted, cacheFlushes [1]uint64
+}
+
+type deviceRow struct {
+	labels string
+	disks  int
+	c      bpf.HostDeviceCounters
+}
+
+// snapshot is what one scrape writes: every family is written disk after
+// disk, as the format wants each family's series together, so the
+// counters are read first.
+type snapshot struct {
+	disks   []diskRow
+	devices []deviceRow
+	// Outcome of reading each side, for fspair_scrape_collector_*.
+	diskErr, hostErr error
+	diskDur, hostDur time.Duration
+}
+
+// read fills s from the inventory and the kernel. A disk whose counters
+// cannot be read keeps its info series and loses the rest; the error marks
+// the scrape of that side failed. Two disks (or devices) with the same
+// label set cannot both be exposed: the first one is, the others are
+// reported as an error.
+func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource) {
+	disks := inv.Disks()
+	if cap(s.disks) < len(disks) {
+		s.disks = make([]diskRow, 0, len(disks))
+	}
+	s.disks = s.disks[:0]
+	s.devices = s.devices[:0]
+	s.diskErr, s.hostErr = nil, nil
+
+	start := time.Now()
+	seen := make(map[string]bool, len(disks))
+	var errs []error
+	for i := range disks {
+		d := &disks[i]
+		labels := labelPairs("domain", d.Domain, "uuid", d.UUID, "target_device", d.TargetDevice, "source_file", d.SourceFile)
+		if seen[labels] {
+			errs = append(errs, fmt.Errorf("disk %s: label set %s already taken by another disk", d.SourceFile, labels))
+			continue
+		}
+		seen[labels] = true
+		s.disks = append(s.disks, diskRow{d: d, labels: labels})
+		r := &s.disks[len(s.disks)-1]
+		if !d.Tracked || counters == nil {
+			continue
+		}
+		var err error
+		if r.c, err = counters.Counters(d.Slot); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.punted[0] = r.c.IoUringPunted
+		r.disk = true
+	}
+	s.diskErr = joinErrs(errs)
+	s.diskDur = time.Since(start)
+
+	if host == nil {
+		return
+	}
+	start = time.Now()
+	errs = errs[:0]
+	for i := range s.disks {
+		r := &s.disks[i]
+		if !r.d.Tracked {
+			continue
+		}
+		var err error
+		if r.h, err = host.ImageDeviceCounters(r.d.Slot); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.cacheFlushes[0] = r.h.FlushCacheFlushes
+		r.host = true
+	}
+	clear(seen)
+	for _, dev := range inv.Devices() {
+		labels := labelPairs("host_device", hostLabel(dev.Name), "host_fs", hostLabel(dev.FSType),
+			"host_mountpoint", hostLabel(dev.MountPoint))
+		if seen[labels] {
+			errs = append(errs, fmt.Errorf("host device %s: label set %s already taken by another device", dev.Name, labels))
+			continue
+		}
+		seen[labels] = true
+		c, err := host.DeviceCounters(dev.Slot)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.devices = append(s.devices, deviceRow{labels: labels, disks: dev.Disks, c: c})
+	}
+	s.hostErr = joinErrs(errs)
+	s.hostDur = time.Since(start)
+}
+
+// joinErrs keeps the first few errors: one bad map read per disk would
+// otherwise make a log line a thousand errors long.
+func joinErrs(errs []error) error {
+	const keep = 3
+	if len(errs) <= keep {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%w (and %d more)", errors.Join(errs[:keep]...), len(errs)-keep)
+}
+
+// directFamily writes one family's series for every disk or device.
+type directFamily struct {
+	name  string
+	write func(t *textWriter, s *snapshot)
+}
+
+// The writers of the families, one per family, in name order.
+var directFamilies = func() []directFamily {
+	fams := []directFamily{
+		// Per disk, from the disk's counters.
+		diskVec(diskRequests, opExtra, func(r *diskRow) []uint64 { return r.c.Requests[:] }),
+		diskVec(diskBytes, opExtra, func(r *diskRow) []uint64 { return r.c.Bytes[:] }),
+		diskVec(diskErrors, opExtra, func(r *diskRow) []uint64 { return r.c.Errors[:] }),
+		diskVec(diskSequential, dirExtra, func(r *diskRow) []uint64 { return r.c.Sequential[:] }),
+		diskVec(diskRandom, dirExtra, func(r *diskRow) []uint64 { return r.c.Random[:] }),
+		diskVec(diskFormatRequests, dirExtra, func(r *diskRow) []uint64 { return r.c.FormatRequests[:] }),
+		diskVec(diskFormatBytes, dirExtra, func(r *diskRow) []uint64 { return r.c.FormatBytes[:] }),
+		diskVec(diskSyncWrites, syncExtra, func(r *diskRow) []uint64 { return r.c.SyncWrites[:] }),
+		diskVec(diskSubmissions, ifaceExtra, func(r *diskRow) []uint64 { return r.c.Submissions[:] }),
+		diskVec(diskPunted, []string{""}, func(r *diskRow) []uint64 { return r.punted[:] }),
+		diskVec(diskCacheReads, cacheReadExtra, func(r *diskRow) []uint64 { return r.c.CacheReads[:] }),
+		diskVec(diskCacheReadBytes, cacheReadExtra, func(r *diskRow) []uint64 { return r.c.CacheReadBytes[:] }),
+		diskVec(diskCacheWriteBytes, cacheWrExtra, func(r *diskRow) []uint64 { return r.c.CacheWriteBytes[:] }),
+		diskHist(diskLatency, latencyBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+			for i, e := range opExtra {
+				t.histogram(h, r.labels, e, r.c.Latency[i][:], float64(r.c.LatencySumNs[i])/1e9)
+			}
+		}),
+		diskHist(diskSize, sizeBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+			for i, e := range dirExtra {
+				t.histogram(h, r.labels, e, r.c.Size[i][:], float64(r.c.SizeSum[i]))
+			}
+		}),
+		diskHist(diskSeek, seekBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+			t.histogram(h, r.labels, seekExtra[0], r.c.SeekPrev[:], float64(r.c.SeekPrevSum))
+			t.histogram(h, r.labels, seekExtra[1], r.c.SeekNear[:], float64(r.c.SeekNearSum))
+		}),
+		diskHist(diskOutstanding, outstandingBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+			t.histogram(h, r.labels, "", r.c.Outstanding[:], float64(r.c.OutstandingSum))
+		}),
+		diskHist(diskInterarrival, interarrivalBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+			t.histogram(h, r.labels, "", r.c.Interarrival[:], float64(r.c.InterarrivalSumNs)/1e9)
+		}),
+		stages(),
+
+		// Per disk, from the inventory.
+		info(),
+		diskGauge(diskVirtualSize, false, func(r *diskRow) (int64, bool) { return r.d.VirtualSize, r.d.VirtualSize > 0 }),
+
+		// Per disk, from the host side.
+		diskGauge(diskImageExtents, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Extents, r.d.Layout.Extents >= 0 }),
+		diskGauge(diskImageAllocated, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Allocated, true }),
+		diskGauge(diskImageApparent, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Apparent, true }),
+		btrfsVec(diskBtrfsExtents, func(r *diskRow) [2]uint64 { return [2]uint64{r.h.CowExtents, r.h.NocowExtents} }),
+		btrfsVec(diskBtrfsExtentBytes, func(r *diskRow) [2]uint64 { return [2]uint64{r.h.CowBytes, r.h.NocowBytes} }),
+		flushVec(diskFlushWrites, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWrites[:], r.h.FlushJournalWrites }),
+		flushVec(diskFlushWriteBytes, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWriteBytes[:], r.h.FlushJournalBytes }),
+		hostVec(diskFlushCacheFlushes, []string{""}, func(r *diskRow) []uint64 { return r.cacheFlushes[:] }),
+		hostVec(diskDeviceRequests, dirExtra, func(r *diskRow) []uint64 { return r.h.Requests[:] }),
+		hostVec(diskDeviceBytes, dirExtra, func(r *diskRow) []uint64 { return r.h.Bytes[:] }),
+
+		// Per host device.
+		deviceKindOp(hostDeviceRequests, func(r *deviceRow) *[3][2]uint64 { return &r.c.Requests }),
+		deviceKindOp(hostDeviceBytes, func(r *deviceRow) *[3][2]uint64 { return &r.c.Bytes }),
+		deviceScalar(hostDeviceCommits, "counter", func(r *deviceRow) uint64 { return r.c.Commits }),
+		deviceScalar(hostDeviceFlushes, "counter", func(r *deviceRow) uint64 { return r.c.Flushes }),
+		deviceScalar(hostDeviceDiscards, "counter", func(r *deviceRow) uint64 { return r.c.Discards }),
+		deviceScalar(hostDeviceDiscardBytes, "counter", func(r *deviceRow) uint64 { return r.c.DiscardBytes }),
+		deviceScalar(hostDeviceDisks, "gauge", func(r *deviceRow) uint64 { return uint64(r.disks) }),
+		deviceHist(hostDeviceService, func(r *deviceRow) (*[2][25]uint64, *[2]uint64) { return &r.c.Service, &r.c.ServiceSumNs }),
+		deviceHist(hostDeviceQueue, func(r *deviceRow) (*[2][25]uint64, *[2]uint64) { return &r.c.Queue, &r.c.QueueSumNs }),
+	}
+	slices.SortFunc(fams, func(a, b directFamily) int { return strings.Compare(a.name, b.name) })
+	return fams
+}()
+
+// directNames are the families written directly; the registry must not
+// have any of them.
+var directNames = func() map[string]bool {
+	m := map[string]bool{}
+	for _, f := range directFamilies {
+		m[f.name] = true
+	}
+	return m
+}()
+
+// writeDirect writes every direct family of s.
+func writeDirect(t *textWriter, s *snapshot) {
+	for _, f := range directFamilies {
+		f.write(t, s)
+	}
+}
+
+// diskVec is a counter family with one series per extra label value, for
+// each disk whose counters were read.
+func diskVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if !r.disk {
+				continue
+			}
+			v := get(r)
+			for j, e := range extra {
+				t.uint(f.name, r.labels, e, v[j])
+			}
+		}
+	}}
+}
+
+// hostVec is diskVec for the host-side counters.
+func hostVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if !r.host {
+				continue
+			}
+			v := get(r)
+			for j, e := range extra {
+				t.uint(f.name, r.labels, e, v[j])
+			}
+		}
+	}}
+}
+
+func diskHist(d *prometheus.Desc, bounds []float64, each func(t *textWriter, h *histFamily, r *diskRow)) directFamily {
+	h := histFamilyOf(d, bounds)
+	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+		t.family(&h.family)
+		for i := range s.disks {
+			if r := &s.disks[i]; r.disk {
+				each(t, h, r)
+			}
+		}
+	}}
+}
+
+// stages is fspair_disk_stage_seconds: stage=file from the disk's counters
+// (the slots of fspair_disk_request_duration_seconds), host_queue and
+// device from the host side.
+func stages() directFamily {
+	h := histFamilyOf(diskStage, latencyBounds)
+	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+		t.family(&h.family)
+		for i := range s.disks {
+			r := &s.disks[i]
+			for j, op := range dirExtra {
+				if r.disk {
+					t.histogram(h, r.labels, stageFile+op, r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
+				}
+				if r.host {
+					t.histogram(h, r.labels, stageQueue+op, r.h.Queue[j][:], float64(r.h.QueueSumNs[j])/1e9)
+					t.histogram(h, r.labels, stageDevice+op, r.h.Service[j][:], float64(r.h.ServiceSumNs[j])/1e9)
+				}
+			}
+		}
+	}}
+}
+
+// info is fspair_disk_info, for every disk discovered, tracked or not.
+func info() directFamily {
+	f := familyOf(diskInfo, "gauge")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			d := r.d
+			t.uint(f.name, r.labels, ","+labelPairs(
+				"format", orUnknown(d.ImageFormat), "guest_fs", orUnknown(d.GuestFS), "guest_fs_source", d.GuestFSSource,
+				"host_fs", orUnknown(hostLabel(d.HostFS.FSType)), "host_mountpoint", hostLabel(d.HostFS.MountPoint),
+				"host_device", hostLabel(d.HostFS.Device), "cache", orUnknown(d.Cache), "aio", orUnknown(d.AIO),
+				"discovery", d.Source), 1)
+		}
+	}}
+}
+
+// diskGauge is a gauge from the inventory, for every disk (host false) or
+// for the disks whose host-side counters were read (host true), as the
+// collectors sent them.
+func diskGauge(d *prometheus.Desc, host bool, get func(r *diskRow) (int64, bool)) directFamily {
+	f := familyOf(d, "gauge")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if host && !r.host {
+				continue
+			}
+			if v, ok := get(r); ok {
+				t.int(f.name, r.labels, "", v)
+			}
+		}
+	}}
+}
+
+// btrfsVec is a family counted for images on Btrfs only (the host file
+// system as mountinfo names it).
+func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if !r.host || r.d.HostFS.FSType != "btrfs" {
+				continue
+			}
+			v := get(r)
+			for j, e := range btrfsExtra {
+				t.uint(f.name, r.labels, e, v[j])
+			}
+		}
+	}}
+}
+
+// flushVec is source=call by kind, then source=journal (kind=metadata).
+func flushVec(d *prometheus.Desc, get func(r *diskRow) ([]uint64, uint64)) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if !r.host {
+				continue
+			}
+			call, journal := get(r)
+			for j, k := range kindExtra {
+				t.uint(f.name, r.labels, flushCall+k, call[j])
+			}
+			t.uint(f.name, r.labels, flushJournal, journal)
+		}
+	}}
+}
+
+func deviceKindOp(d *prometheus.Desc, get func(r *deviceRow) *[3][2]uint64) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.devices {
+			r := &s.devices[i]
+			v := get(r)
+			for ki, k := range kindExtra {
+				for oi, op := range dirExtra {
+					t.uint(f.name, r.labels, k+op, v[ki][oi])
+				}
+			}
+		}
+	}}
+}
+
+func deviceScalar(d *prometheus.Desc, typ string, get func(r *deviceRow) uint64) directFamily {
+	f := familyOf(d, typ)
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.devices {
+			t.uint(f.name, s.devices[i].labels, "", get(&s.devices[i]))
+		}
+	}}
+}
+
+func deviceHist(d *prometheus.Desc, get func(r *deviceRow) (*[2][25]uint64, *[2]uint64)) directFamily {
+	h := histFamilyOf(d, latencyBounds)
+	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+		t.family(&h.family)
+		for i := range s.devices {
+			r := &s.devices[i]
+			slots, sums := get(r)
+			for j, op := range dirExtra {
+				t.histogram(h, r.labels, op, slots[j][:], float64(sums[j])/1e9)
+			}
+		}
+	}}
+}
