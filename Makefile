@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate loadtest fuzz deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate loadtest fuzz soak deps clean
 
 all: build
 
@@ -106,6 +106,13 @@ report:
 
 fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME)
+
+# The lab for SOAK (a Go duration) with VMs coming and going under one
+# exporter: memory, descriptors, goroutines, counts and errors over time
+# (scripts/soak.sh; not part of make test).
+SOAK ?= 30m
+soak: build
+	flock /var/tmp/fspair-lab.lock bash scripts/soak.sh $(SOAK)
 
 # System packages (Debian 12) the build, tests and demo need.
 deps:

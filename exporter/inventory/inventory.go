@@ -541,6 +541,13 @@ func (inv *Inventory) releaseDevice(e *entry) {
 func (inv *Inventory) remove(id fileID, e *entry) {
 	inv.releaseDevice(e)
 	if e.Tracked {
+		// The qcow2 metadata clusters are keyed by slot: left behind,
+		// they would pile up in the map and mark the requests of the
+		// next qcow2 disk in this slot at those offsets as the format's.
+		if err := inv.prober.SetFormatClusters(e.Slot, e.clusters, nil); err != nil {
+			inv.log.Warn("remove qcow2 metadata clusters", "file", e.SourceFile, "err", err)
+		}
+		e.clusters = nil
 		if err := inv.prober.Untrack(e.inode, e.Slot); err != nil {
 			inv.log.Warn("untrack disk", "file", e.SourceFile, "err", err)
 		}

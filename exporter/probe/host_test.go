@@ -1,13 +1,17 @@
 package probe
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	bpf "github.com/fspair/fspair/bpf/obj"
 )
 
 // sysBlockStat reads sectors read and written from /sys/block/<dev>/stat.
@@ -115,6 +119,19 @@ func TestHostDeviceAttribution(t *testing.T) {
 	near := func(a, b uint64) bool { return float64(a) >= 0.98*float64(b) && float64(a) <= 1.02*float64(b) }
 	if !near(wr, wr1-wr0) || !near(rd, rd1-rd0) {
 		t.Errorf("device totals read %d written %d; /sys/block says %d, %d", rd, wr, rd1-rd0, wr1-wr0)
+	}
+
+	// The fsync opened the device's flush window; untracking the device
+	// drops it with the device.
+	var w bpf.DiskFlushWindow
+	if err := p.objs.FlushWindows.Lookup(dev, &w); err != nil {
+		t.Errorf("no flush window for the device after an fsync on its image: %v", err)
+	}
+	if err := p.UntrackDevice(dev); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.objs.FlushWindows.Lookup(dev, &w); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("flush window of an untracked device: lookup says %v, want %v", err, ebpf.ErrKeyNotExist)
 	}
 }
 

@@ -300,12 +300,13 @@ func (p *Probes) Configure(slot uint32, cfg ImageConfig) error {
 }
 
 // Untrack stops following an image. The slot's counters stay readable until
-// the slot is tracked again.
+// the slot is tracked again. Its qcow2 metadata clusters are the caller's to
+// remove (SetFormatClusters with no new ones): only the caller knows them.
 func (p *Probes) Untrack(inode uint64, slot uint32) error {
 	if err := p.objs.DiskByInode.Delete(inode); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("untrack slot %d: %w", slot, err)
 	}
-	return p.SetFormatClusters(slot, nil, nil)
+	return nil
 }
 
 func (p *Probes) reset(slot uint32) error {
@@ -467,10 +468,15 @@ func (p *Probes) UntrackBtrfs(fsid [16]byte) error {
 	return nil
 }
 
-// UntrackDevice stops following a block device.
+// UntrackDevice stops following a block device and drops the flush window
+// its images' flushes kept (keyed by the same dev_t for a file system on
+// one device), so that devices coming and going do not fill the window map.
 func (p *Probes) UntrackDevice(dev uint32) error {
 	if err := p.host.HostDevices.Delete(dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("stop following device %d:%d: %w", dev>>20, dev&0xfffff, err)
+	}
+	if err := p.objs.FlushWindows.Delete(dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("drop flush window of device %d:%d: %w", dev>>20, dev&0xfffff, err)
 	}
 	return nil
 }

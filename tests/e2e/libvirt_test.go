@@ -141,18 +141,8 @@ func TestLibvirt(t *testing.T) {
 	// channel on the guest's second serial port, which the domain wires to
 	// a UNIX socket. O_DIRECT and one request at a time make each fio I/O
 	// one request on the raw image (cache=none).
-	g, err := dialGuest(ctx, dom.control)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := readyGuest(ctx, t, dom)
 	defer g.close()
-	readyCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	waited, err := g.waitReady(readyCtx)
-	cancel()
-	if err != nil {
-		t.Fatalf("guest control channel: %v\nguest console (tail):\n%s", err, tailFile(dom.console, 20))
-	}
-	t.Logf("guest control channel answered after %.1fs", waited.Seconds())
 	before := ex.scrape(t)
 	const n = 256 // 4 KiB requests per job: 1 MiB
 	script := strings.Join([]string{
@@ -733,6 +723,25 @@ func tailFile(path string, n int) string {
 		return fmt.Sprintf("(%v)", err)
 	}
 	return tail(string(b), n)
+}
+
+// readyGuest dials the domain's control channel and waits up to 90s for the
+// guest to answer on it; on failure the test ends with the console's tail.
+func readyGuest(ctx context.Context, t *testing.T, dom *domain) *guestChannel {
+	t.Helper()
+	g, err := dialGuest(ctx, dom.control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	waited, err := g.waitReady(readyCtx)
+	cancel()
+	if err != nil {
+		g.close()
+		t.Fatalf("guest control channel: %v\nguest console (tail):\n%s", err, tailFile(dom.console, 20))
+	}
+	t.Logf("guest control channel answered after %.1fs", waited.Seconds())
+	return g
 }
 
 // guestChannel speaks the lab control protocol (tests/lab/lab-ctl.sh) to

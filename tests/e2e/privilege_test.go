@@ -342,11 +342,23 @@ func launch(t *testing.T, prefix []string, args ...string) *exporter {
 // readiness check of the caller's (TLS needs its own client).
 func launchReady(t *testing.T, prefix []string, ready func(*exporter) bool, args ...string) *exporter {
 	t.Helper()
+	args = append([]string{"--discovery.interval=1s"}, args...)
+	return startProcess(t, prefix, ready, args...).exporter
+}
+
+// startProcess starts the exporter behind prefix with a loopback listen address,
+// debug logging and args, stops it when the test ends (logging its tail if
+// the test failed), and waits up to 60s for ready; ready nil waits for a
+// successful scrape of e.url.
+func startProcess(t *testing.T, prefix []string, ready func(*exporter) bool, args ...string) *runningExporter {
+	t.Helper()
+	if ready == nil {
+		ready = func(e *exporter) bool { _, _, err := fetch(e.url); return err == nil }
+	}
 	port := freePort(t)
 	e := &exporter{url: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), log: &logBuffer{}}
 	all := append([]string{}, prefix...)
-	all = append(all, binary(t), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
-		"--discovery.interval=1s", "--log.level=debug")
+	all = append(all, binary(t), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=debug")
 	all = append(all, args...)
 	e.cmd = exec.Command(all[0], all[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
@@ -375,9 +387,9 @@ func launchReady(t *testing.T, prefix []string, ready func(*exporter) bool, args
 		default:
 		}
 		if ready(e) {
-			return e
+			return &runningExporter{exporter: e, exited: exited}
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("exporter did not serve within 60s; log:\n%s", e.log.String())
 	return nil
