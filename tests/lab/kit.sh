@@ -31,7 +31,9 @@ for tool in apt-get dpkg-deb depmod cpio gzip flock ldd sha256sum dpkg-query; do
 done
 [ -x /bin/busybox ] || die "/bin/busybox not found; apt-get install busybox-static"
 [ -x /usr/bin/fio ] || die "/usr/bin/fio not found; apt-get install fio"
-if ! /bin/busybox --list | grep -qx modprobe; then
+# grep -q stops reading at the first match, and busybox then dies of
+# SIGPIPE, which pipefail would report as a failure: read the whole list.
+if ! /bin/busybox --list | grep -x modprobe >/dev/null; then
 	die "/bin/busybox has no modprobe applet; install busybox-static"
 fi
 
