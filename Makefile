@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate loadtest fuzz soak deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -47,7 +47,7 @@ lint: build
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test demo-smoke
+test: build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
 
 unit-test:
 	@echo "== unit and BPF tests"
@@ -92,6 +92,27 @@ loadtest:
 # windows (tests/validate; about 2 h 45 min; CI runs a subset with short windows).
 validate:
 	flock /var/tmp/fspair-lab.lock $(GO) test -tags validate -count=1 -v -timeout 4h ./tests/validate/ -run 'TestValidateFull$$'
+
+# The pair lab (tests/kdb): the knowledge base's best/worst pairs re-derived on
+# this machine, 9 guest/host pairs x 4 workloads x 3 repeats (about 3.5 hours);
+# KDB_SIZE=quick is the CI matrix (about 8 minutes). It writes a site file for
+# rules/gen and a report, takes the lab lock pair by pair itself, and resumes
+# after an interruption. More flags in KDB_FLAGS, e.g. -out docs/kdb, or on a
+# real host -hostdir ext4=/srv/ext4,xfs=/srv/xfs,btrfs=/srv/btrfs (see tests/kdb/README.md).
+KDB_SIZE ?= full
+KDB_FLAGS ?=
+kdb:
+	$(GO) run ./tests/kdb -size $(KDB_SIZE) $(KDB_FLAGS)
+
+# The reduced matrix from scratch, as make test runs it: a fresh state (no
+# resuming from an earlier run), the site file checked by rules/gen and
+# promtool, the report written.
+kdb-quick: build
+	@echo "== pair lab, reduced matrix (tests/kdb -size quick)"
+	d=$$(mktemp -d /var/tmp/fspair-kdb-quick.XXXXXX) && \
+	$(GO) run ./tests/kdb -size quick -state $$d/state -out $$d/report && \
+	for f in site.yaml report.md report.html cells.json; do test -s $$d/report/$$f || { echo "kdb-quick: no $$f"; exit 1; }; done && \
+	echo "kdb-quick: report and site file in $$d/report"
 
 # Rule evaluation cost in a real Prometheus at 2,000 synthetic disks (~70 minutes).
 bench-rules:

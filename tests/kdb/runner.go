@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fspair/fspair/tests/lab"
+	"github.com/fspair/fspair/tests/workload"
+)
+
+// job is one run to make.
+type job struct {
+	pair     string // guest/host
+	workload workload.Workload
+	repeat   int
+}
+
+func (j job) String() string {
+	return fmt.Sprintf("%s on %s #%d", j.workload, j.pair, j.repeat)
+}
+
+// plan lists the runs o asks for that st does not hold, pair by pair (one
+// guest per pair), and within a pair repeat by repeat, so that the
+// repeats of one workload are spread over the guest's life rather than
+// back to back. all is the number of runs asked for.
+func plan(o *Options, st *Store) (pending []job, all int) {
+	for _, p := range o.Pairs {
+		for rep := 1; rep <= o.Repeats; rep++ {
+			for _, w := range o.Workloads {
+				all++
+				if !st.Done(p, w, rep) {
+					pending = append(pending, job{p, w, rep})
+				}
+			}
+		}
+	}
+	return pending, all
+}
+
+// runner makes the pending runs and reports progress.
+type runner struct {
+	o        *Options
+	st       *Store
+	progress io.Writer // progress lines
+	labLog   io.Writer // the lab's stage lines (-v)
+	bin      string    // fspair_exporter
+
+	t0      time.Time
+	total   int // runs to make in this invocation
+	made    int
+	runTime time.Duration // summed over the runs made
+	setups  int
+	setup   time.Duration // summed guest setups
+}
+
+func (r *runner) logf(format string, args ...any) {
+	el := time.Since(r.t0).Round(time.Second)
+	fmt.Fprintf(r.progress, "kdb: [%8s] %s\n", el, fmt.Sprintf(format, args...))
+}
+
+// eta estimates the time left for runsLeft runs and pairsLeft guest setups
+// from what this invocation has taken so far; before any run it assumes
+// the fio runtime plus 20 s of preparing and cleaning, and 60 s per setup
+// (a TCG boot with the exporter).
+func (r *runner) eta(runsLeft, pairsLeft int) time.Duration {
+	perRun := r.o.Runtime + 20*time.Second
+	if r.made > 0 {
+		perRun = r.runTime / time.Duration(r.made)
+	}
+	perSetup := 60 * time.Second
+	if r.setups > 0 {
+		perSetup = r.setup / time.Duration(r.setups)
+	}
+	return (time.Duration(runsLeft)*perRun + time.Duration(pairsLeft)*perSetup).Round(time.Second)
+}
+
+// matrix makes the pending runs, one guest per pair. A pair that fails is
+// reported and the next one is tried; the runs made so far stay in the
+// state, so a rerun resumes with the rest.
+func (r *runner) matrix(ctx context.Context, pending []job, all int) []string {
+	r.t0 = time.Now()
+	r.total = len(pending)
+	var pairs []string
+	byPair := map[string][]job{}
+	for _, j := range pending {
+		if byPair[j.pair] == nil {
+			pairs = append(pairs, j.pair)
+		}
+		byPair[j.pair] = append(byPair[j.pair], j)
+	}
+	r.logf("%d of %d runs to make (%d held in %s) on %d pairs; estimated %s", len(pending), all, all-len(pending), r.st.Dir, len(pairs), r.eta(len(pending), len(pairs)))
+	var failures []string
+	for i, p := range pairs {
+		if ctx.Err() != nil {
+			failures = append(failures, fmt.Sprintf("%s: interrupted before it started", p))
+			continue
+		}
+		if err := r.pair(ctx, p, byPair[p], len(pairs)-i-1); err != nil {
+			r.logf("pair %s failed: %v", p, err)
+			failures = append(failures, fmt.Sprintf("%s: %v", p, err))
+		}
+	}
+	return failures
+}
+
+// pair boots one guest for pair (under the lab lock) and makes its runs.
+func (r *runner) pair(ctx context.Context, pair string, jobs []job, pairsAfter int) (err error) {
+	g, h, _ := strings.Cut(pair, "/")
+	p := workload.Pair{GuestFS: g, HostFS: h, Format: r.o.Format, Cache: r.o.Cache}
+	unlock, err := lockLab(ctx, r.o.Lock, r.logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	setupStart := time.Now()
+	r.logf("pair %s: %d runs; setting up host file system, image and guest", p, len(jobs))
+	l, err := lab.New(ctx, "", "", r.labLog)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	guest, storage, err := r.boot(ctx, l, p)
+	if err != nil {
+		return err
+	}
+	ex, err := workload.StartExporter(ctx, r.bin)
+	if err != nil {
+		return err
+	}
+	defer ex.Close()
+	if _, err := ex.WaitDisk(ctx, guest.Disk.File, time.Minute); err != nil {
+		return fmt.Errorf("%w; exporter log:\n%s", err, ex.Log())
+	}
+	env := hostEnv()
+	env.GuestKernel, env.HostStorage = l.Kit.KernelVer, storage
+	env.GuestMemMiB, env.GuestCPUs, env.ImageMiB = workload.GuestMemMiB, 1, workload.ImageMiB
+	rec := record(ctx, ex, guest.Disk.File, r.o.Interval)
+	defer rec.stop()
+	r.setup += time.Since(setupStart)
+	r.setups++
+	r.logf("pair %s: guest up in %s", p, time.Since(setupStart).Round(time.Second))
+
+	for _, j := range jobs {
+		start := time.Now()
+		run, err := r.runOne(ctx, guest, rec, j)
+		if err != nil {
+			return fmt.Errorf("%s: %w", j, err)
+		}
+		run.Env = env
+		if err := r.st.Append(run); err != nil {
+			return err
+		}
+		r.made++
+		r.runTime += time.Since(start)
+		m := run.Metrics()
+		r.logf("run %d/%d %s: %s MB/s, %.0f ops/s, write amplification %s (took %s); ETA %s",
+			r.made, r.total, j, mbps(m[MThroughputBytes]), m[MThroughputOps], fmtOpt(m, MWriteAmp),
+			time.Since(start).Round(time.Second), r.eta(r.total-r.made, pairsAfter))
+	}
+	return nil
+}
+
+func fmtOpt(m map[string]float64, k string) string {
+	v, ok := m[k]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// boot makes the host file system (a lab loop device, or the -hostdir
+// directory), the image and the guest, and describes the host storage.
+func (r *runner) boot(ctx context.Context, l *lab.Lab, p workload.Pair) (*workload.Guest, string, error) {
+	dir, ok := r.o.HostDirs[p.HostFS]
+	if !ok {
+		g, err := workload.BootPair(ctx, l, p, "kdb")
+		if err != nil {
+			return nil, "", err
+		}
+		mi, _ := mountOf(os.TempDir())
+		return g, fmt.Sprintf("%s on its own loop device (%d MiB) over a sparse file in %s (%s)", p.HostFS, workload.HostFSMiB, os.TempDir(), mi), nil
+	}
+	mi, err := mountOf(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if mi.fsType != p.HostFS {
+		return nil, "", fmt.Errorf("host dir %s for %s is on %s", dir, p.HostFS, mi)
+	}
+	h := &lab.HostFS{Type: p.HostFS, Dir: dir}
+	// The image is made with O_EXCL (lab.MakeImage): a name of this
+	// process's own keeps an image a killed run left behind from blocking
+	// the rerun. The id is also the disk's serial, at most 20 bytes.
+	id := fmt.Sprintf("kdb%d", os.Getpid())
+	d, err := workload.MakeDisk(ctx, h, p, id, workload.ImageMiB)
+	if err != nil {
+		return nil, "", err
+	}
+	l.Defer(func() error { return os.Remove(d.File) })
+	vm, err := l.StartVM(ctx, lab.VMConfig{Name: "kdb", MemMiB: workload.GuestMemMiB, Disks: []lab.DiskConfig{d}})
+	if err != nil {
+		return nil, "", err
+	}
+	dev, err := vm.GuestDevice(ctx, d.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := workload.Mount(ctx, vm, dev, p.GuestFS); err != nil {
+		return nil, "", err
+	}
+	return &workload.Guest{Pair: p, VM: vm, Disk: d, Dev: dev}, fmt.Sprintf("%s in %s (%s)", p.HostFS, dir, mi), nil
+}
+
+// runOne prepares and runs one workload and derives its window.
+func (r *runner) runOne(ctx context.Context, g *workload.Guest, rec *recorder, j job) (Run, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.o.Runtime+10*time.Minute)
+	defer cancel()
+	w := j.workload
+	rec.setPhase(ctx, "prepare:"+string(w))
+	if err := workload.Prepare(ctx, g.VM, w); err != nil {
+		return Run{}, err
+	}
+	rec.start(ctx, string(w))
+	start := time.Now()
+	res, err := workload.Run(ctx, g.VM, w, r.o.Runtime)
+	if err != nil {
+		return Run{}, err
+	}
+	if _, err := g.VM.RunOK(ctx, "sync"); err != nil {
+		return Run{}, fmt.Errorf("sync after fio: %w", err)
+	}
+	rec.setPhase(ctx, "after:"+string(w))
+	end := time.Now()
+	ss, scrapeErr := rec.taken()
+	if len(ss) < 2 {
+		return Run{}, fmt.Errorf("too few scrapes (%d): %v", len(ss), scrapeErr)
+	}
+	fio := fioFrom(res)
+	ph := workload.Phase{Workload: w, Start: start, Runtime: r.o.Runtime, End: end, Fio: fio.FioSummary}
+	if fio.WriteBytes > 0 {
+		ph.GuestWriteAmplification = (ss[len(ss)-1].Bytes["write"] - ss[0].Bytes["write"]) / float64(fio.WriteBytes)
+	}
+	_, from, to, span, err := ph.WindowSnapshots(points(ss), r.o.Warmup)
+	if err != nil {
+		return Run{}, fmt.Errorf("%w (scrape errors: %v)", err, scrapeErr)
+	}
+	a, _ := at(ss, from.Time)
+	b, _ := at(ss, to.Time)
+	if err := workload.Clean(ctx, g.VM, w); err != nil {
+		return Run{}, err
+	}
+	return Run{
+		Pair: j.pair, Workload: w, Repeat: j.repeat, Start: start.UTC(), End: end.UTC(), Fio: fio,
+		GuestWriteAmplification: ph.GuestWriteAmplification, WindowSeconds: span.Seconds(),
+		From: a.Scrape, To: b.Scrape,
+	}, nil
+}
+
+// lockLab takes the lab lock (flock(2) on path, as `flock path cmd`
+// does), so that this and other lab users run one guest at a time; it
+// waits, saying so, while another holds it. An empty path takes no lock.
+func lockLab(ctx context.Context, path string, logf func(string, ...any)) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("open lab lock %s: %w", path, err)
+	}
+	waiting := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("take lab lock %s: %w", path, err)
+		}
+		if !waiting {
+			logf("waiting for the lab lock %s (another lab run holds it)", path)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for lab lock %s: %w", path, ctx.Err())
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return func() { f.Close() }, nil // closing the last descriptor releases the lock
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct {
+	point, fsType, source string
+}
+
+func (m mount) String() string { return fmt.Sprintf("%s on %s at %s", m.fsType, m.source, m.point) }
+
+// mountOf returns the mount that holds path: the longest mount point that
+// is a prefix of it (proc(5), /proc/pid/mountinfo).
+func mountOf(path string) (mount, error) {
+	abs, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return mount{}, fmt.Errorf("find mount of %s: %w", path, err)
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return mount{}, fmt.Errorf("find mount of %s: %w", path, err)
+	}
+	defer f.Close()
+	var best mount
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range fields {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		mp := unescapeOctal(fields[4])
+		if !within(abs, mp) || len(mp) < len(best.point) {
+			continue
+		}
+		best = mount{point: mp, fsType: fields[sep+1], source: unescapeOctal(fields[sep+2])}
+	}
+	if err := sc.Err(); err != nil {
+		return mount{}, fmt.Errorf("find mount of %s: %w", path, err)
+	}
+	if best.point == "" {
+		return mount{}, fmt.Errorf("find mount of %s: none in /proc/self/mountinfo", path)
+	}
+	return best, nil
+}
+
+func within(path, dir string) bool {
+	return dir == "/" || path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// unescapeOctal undoes mountinfo's \ooo escapes (space, tab, newline, \).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// hostEnv describes the host: kernel, CPU, QEMU. The accelerator is TCG
+// because the lab starts every guest with -accel tcg (tests/lab/vm.go).
+func hostEnv() Env {
+	e := Env{Accel: "tcg", HostCPUs: runtime.NumCPU()}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		e.HostKernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				e.HostCPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("qemu-system-x86_64", "--version").Output(); err == nil {
+		e.QEMU, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	}
+	return e
+}
