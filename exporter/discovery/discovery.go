@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -275,6 +276,11 @@ collect:
 		}
 		if ran && r.err == nil {
 			r.disks, r.warn = checkLabels(name, r.disks, r.warn)
+			// A source may still list a VM whose VMM has just exited
+			// (libvirt while it tears a domain down): tracked again
+			// with fresh counters, its disk would show counters that
+			// went back for a round.
+			r.disks = d.stillRunning(r.disks)
 			st.lastGood, st.lastTime = r.disks, time.Now()
 			all = append(all, r.disks)
 			res.SourceDisks[name] = len(r.disks)
@@ -452,18 +458,45 @@ func (d *Discoverer) fileID(disk *Disk, fds map[int][]fdLink) (fileID, bool) {
 	return pathID, pathOK
 }
 
-// stillRunning drops stale disks whose VMM process is known to be gone.
+// stillRunning drops the disks whose VMM process is known to be gone: no
+// longer in /proc, or a zombie (exited, not yet reaped by its parent).
 func (d *Discoverer) stillRunning(disks []found) []found {
-	out := make([]found, 0, len(disks))
+	out := disks[:0:0]
+	gone := map[int]bool{}
 	for _, f := range disks {
 		if f.PID > 0 {
-			if _, err := os.Stat(filepath.Join(d.opts.ProcRoot, strconv.Itoa(f.PID))); errors.Is(err, syscall.ENOENT) {
+			g, seen := gone[f.PID]
+			if !seen {
+				g = d.exited(f.PID)
+				gone[f.PID] = g
+			}
+			if g {
 				continue
 			}
 		}
 		out = append(out, f)
 	}
 	return out
+}
+
+// exited tells whether process pid has exited: /proc/<pid> is gone, or its
+// stat says Z (zombie) or X (dead). The state is the field after the
+// command name, which is in parentheses and may itself hold ") ".
+func (d *Discoverer) exited(pid int) bool {
+	dir := filepath.Join(d.opts.ProcRoot, strconv.Itoa(pid))
+	if _, err := os.Stat(dir); errors.Is(err, syscall.ENOENT) {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return false // unknown: kept, as a process that still runs
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state == 'Z' || state == 'X'
 }
 
 // entry is a merged disk and the sources that contributed to it.

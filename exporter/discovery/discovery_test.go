@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,12 +159,13 @@ func TestDiscoverStuckSource(t *testing.T) {
 		}
 		return sourceResult{disks: []found{
 			{Disk: Disk{Domain: "a", SourceFile: "/img/a", Source: SourceQEMU}},
-			// Its process is not in the (empty) proc root: a stale
-			// result leaves it out.
+			// Its process is not in the (empty) proc root: left out
+			// of fresh and stale results alike (a source may list a
+			// VM whose VMM has just exited).
 			{Disk: Disk{Domain: "b", SourceFile: "/img/b", Source: SourceQEMU, PID: 999999}},
 		}}
 	}
-	if res, err := d.Discover(context.Background()); err != nil || len(res.Disks) != 2 || len(res.Errors) != 0 {
+	if res, err := d.Discover(context.Background()); err != nil || len(res.Disks) != 1 || res.Disks[0].Domain != "a" || len(res.Errors) != 0 {
 		t.Fatalf("first run: %+v, %v", res, err)
 	}
 
@@ -224,4 +226,42 @@ func TestMergeSharedImage(t *testing.T) {
 		{Domain: "b", TargetDevice: "virtio-disk0", SourceFile: "/img/shared", Source: SourceQEMU, PID: 11, AIO: "native"},
 	}
 	diffDisks(t, got, want)
+}
+
+// TestStillRunning: a disk whose VMM process is gone from /proc or is a
+// zombie is left out; a running one, or one whose state cannot be read,
+// stays. The command name may hold ") " (it is between parentheses).
+func TestStillRunning(t *testing.T) {
+	root := t.TempDir()
+	stat := map[int]string{
+		10: "10 (qemu-system-x86) S 1 10 10 0 -1",
+		11: "11 (qemu-system-x86) Z 1 11 11 0 -1",
+		12: "12 (odd) Z name) R 1 12 12 0 -1",
+		13: "13 (qemu) X 1 13 13 0 -1",
+	}
+	for pid, line := range stat {
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "14"), 0o755); err != nil { // no stat: unknown
+		t.Fatal(err)
+	}
+	d := &Discoverer{opts: Options{ProcRoot: root}}
+	var in []found
+	for _, pid := range []int{0, 10, 11, 12, 13, 14, 15, 10} {
+		in = append(in, found{Disk: Disk{Domain: fmt.Sprintf("vm%d", pid), PID: pid}})
+	}
+	var got []string
+	for _, f := range d.stillRunning(in) {
+		got = append(got, f.Domain)
+	}
+	want := []string{"vm0", "vm10", "vm12", "vm14", "vm10"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("kept %v, want %v", got, want)
+	}
 }

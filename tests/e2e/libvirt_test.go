@@ -401,15 +401,7 @@ func ensureLibvirt(t *testing.T) *libvirtEnv {
 		})
 	}
 
-	// QEMU runs as root: /dev/kvm is root-only on these hosts, and when
-	// the QEMU user cannot open it libvirt 9.0 finds its capability cache
-	// invalid on every lookup ("KVM was enabled when probing ..., but it
-	// is not available now", virQEMUCapsIsValid in
-	// src/qemu/qemu_capabilities.c) and probes QEMU again each time, which
-	// makes one domain start take about a minute. qemu.conf is read when
-	// the driver starts, so it is restored as soon as libvirtd answers.
-	restore := swapFile(t, libvirtQEMUConf, "# fspair e2e test: written while libvirtd starts, then restored\nuser = \"root\"\ngroup = \"root\"\n")
-	d := startDaemon(t, "libvirtd", libvirtSocketRW)
+	d := startLibvirtd(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("libvirtd log (tail):\n%s", tail(d.log.String(), 30))
@@ -418,16 +410,40 @@ func ensureLibvirt(t *testing.T) *libvirtEnv {
 			t.Errorf("stop libvirtd: %v", err)
 		}
 	})
-	if err := restore(); err != nil {
-		t.Fatal(err)
-	}
 	if !socketAnswers(libvirtSocketRO) {
 		t.Fatalf("libvirtd serves %s but not the read-only socket %s", libvirtSocketRW, libvirtSocketRO)
 	}
+	return &libvirtEnv{libvirtd: d}
+}
+
+// startLibvirtd starts libvirtd with QEMU running as root and returns once
+// its QEMU driver is up; the caller stops it.
+//
+// QEMU runs as root: /dev/kvm is root-only on these hosts, and when the
+// QEMU user cannot open it libvirt 9.0 finds its capability cache invalid
+// on every lookup ("KVM was enabled when probing ..., but it is not
+// available now", virQEMUCapsIsValid in src/qemu/qemu_capabilities.c) and
+// probes QEMU again each time, which makes one domain start take a minute
+// or more. The QEMU driver reads qemu.conf once, while libvirtd initialises
+// its drivers, which it does after its socket already accepts connections
+// (clients are served once the drivers are up). So qemu.conf is restored
+// only after a call through the QEMU driver has been answered: restored at
+// the first answer of the socket, a loaded machine let the driver read the
+// stock file and run QEMU as libvirt-qemu, which then could not open the
+// test's images.
+func startLibvirtd(t *testing.T) *daemon {
+	t.Helper()
+	restore := swapFile(t, libvirtQEMUConf, "# fspair e2e test: written while libvirtd starts, then restored\nuser = \"root\"\ngroup = \"root\"\n")
+	d := startDaemon(t, "libvirtd", libvirtSocketRW)
 	if _, err := virsh(context.Background(), "uri"); err != nil {
+		d.stop()
 		t.Fatalf("libvirtd does not open %s: %v\nlibvirtd log:\n%s", libvirtURI, err, tail(d.log.String(), 30))
 	}
-	return &libvirtEnv{libvirtd: d}
+	if err := restore(); err != nil {
+		d.stop()
+		t.Fatal(err)
+	}
+	return d
 }
 
 // swapFile replaces path with content and returns a function that puts the
@@ -541,9 +557,12 @@ func (d *daemon) stop() error {
 	return fmt.Errorf("%s did not exit within 15s of SIGTERM; killed; log:\n%s", d.name, tail(d.log.String(), 20))
 }
 
-// virsh runs virsh on the system URI.
+// virsh runs virsh on the system URI. The first domain a fresh libvirtd
+// starts waits for it to probe QEMU's capabilities whenever its cache is
+// stale, which runs QEMU under TCG: over 60 s on this 2-core machine with
+// two guests running beside it. 3 minutes covers that.
 func virsh(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "virsh", append([]string{"-c", libvirtURI}, args...)...).CombinedOutput()
 	if err != nil {
@@ -620,9 +639,9 @@ func createDomain(t *testing.T, l *lab.Lab, name string, disks []domainDisk, gue
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := virsh(ctx, "create", xmlPath); err != nil {
-		t.Fatalf("%v\ndomain XML:\n%s", err, b.String())
-	}
+	// Registered before the create: a create that timed out on our side
+	// may still start the domain in libvirtd, and its QEMU must not
+	// outlive the test.
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("guest console (tail):\n%s", tailFile(d.console, 30))
@@ -631,6 +650,9 @@ func createDomain(t *testing.T, l *lab.Lab, name string, disks []domainDisk, gue
 		d.destroy(t)
 		os.Remove("/var/log/libvirt/qemu/" + name + ".log")
 	})
+	if _, err := virsh(ctx, "create", xmlPath); err != nil {
+		t.Fatalf("%v\ndomain XML:\n%s", err, b.String())
+	}
 	out, err := virsh(ctx, "domuuid", name)
 	if err != nil {
 		t.Fatal(err)

@@ -893,17 +893,13 @@ func TestLibvirtRestart(t *testing.T) {
 	}
 
 	// libvirtd starts again, the way ensureLibvirt started it.
-	restore := swapFile(t, libvirtQEMUConf, "# fspair e2e test: written while libvirtd starts, then restored\nuser = \"root\"\ngroup = \"root\"\n")
-	d := startDaemon(t, "libvirtd", libvirtSocketRW)
+	d := startLibvirtd(t)
 	t.Cleanup(func() {
 		dom.destroy(t) // while libvirtd runs: cleanups run last-registered first
 		if err := d.stop(); err != nil {
 			t.Errorf("stop libvirtd: %v", err)
 		}
 	})
-	if err := restore(); err != nil {
-		t.Fatal(err)
-	}
 	restarted := time.Now()
 	if _, _, err := w.until(20*time.Second, "the libvirt source up again", func(s scrape) bool {
 		up, _ := s.get("fspair_discovery_source_up", map[string]string{"source": "libvirt"})
