@@ -12,31 +12,53 @@
 #     the floor on this machine (an empty tp_btf program, one that counts,
 #     one that reads the clock: bench/floor).
 #  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
+#  4. the libvirt exporter (Debian's prometheus-libvirt-exporter) beside
+#     fspair_exporter on the same libvirt domains, at 10, 100 and 1000
+#     disks: scrape time, RSS and series of each. The domains are started
+#     paused (QEMU -S: no guest code runs, no CPU is used) with
+#     LIBVIRT_DISKS_PER_VM virtio disks each; QEMU itself does one write,
+#     flush, discard, write_zeroes and read on every disk (HMP qemu-io), so
+#     that fspair's histograms have data as in part 3. It takes the lab
+#     lock (/var/tmp/fspair-lab.lock) unless a caller holds it, starts
+#     virtlogd and libvirtd if they do not answer, and stops what it started.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
-# PARTS=scrape runs part 3 alone (PARTS=iops,stats,scrape is all of it).
+# PARTS selects parts: iops,stats,scrape,libvirt is all of it (PARTS=scrape
+# runs part 3 alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/fspair_exporter}
 RUNTIME=${RUNTIME:-10}   # seconds per fio run
 REPS=${REPS:-5}          # runs per configuration
-PARTS=${PARTS:-iops,stats,scrape}
+PARTS=${PARTS:-iops,stats,scrape,libvirt}
+LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 4
+LIBVIRT_DISKS_PER_VM=${LIBVIRT_DISKS_PER_VM:-10}
+LAB_LOCK=${LAB_LOCK:-/var/tmp/fspair-lab.lock}
 OUT=${OUT:-bench/results.txt}
 PORT=19478
+LIBVIRT_PORT=19479
 work=$(mktemp -d /var/tmp/fspair-bench.XXXXXX)
 out=$OUT
 mkdir -p bench
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+undo=() # commands run at exit, the last added first
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for ((i = ${#undo[@]} - 1; i >= 0; i--)); do eval "${undo[i]}" || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
 trap cleanup EXIT
 
 log() { echo "bench: $*" >&2; }
 
 start_exporter() { # config file
-	"$BIN" --web.listen-address=127.0.0.1:$PORT --no-discovery.libvirt --no-discovery.proc \
-		--discovery.config.file="$1" --bpf.max-disks=2048 --log.level=warn &
+	run_exporter --no-discovery.libvirt --no-discovery.proc --discovery.config.file="$1"
+}
+run_exporter() { # discovery flags
+	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks=2048 --log.level=warn "$@" 9>&- &
 	exporter=$!
 	pids+=("$exporter")
-	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
+	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
 	log "exporter did not start"; exit 1
 }
 stop_exporter() { kill "$exporter"; wait "$exporter" 2>/dev/null || true; }
@@ -149,7 +171,7 @@ if want stats; then
 fi
 
 # 3: scrape time and RSS by tracked disks.
-for n in 10 100 1000; do
+want scrape && for n in 10 100 1000; do
 	log "scrape at $n disks"
 	cfg="$work/n$n.yml"
 	echo "disks:" > "$cfg"
@@ -204,4 +226,239 @@ PY
 	stop_exporter
 	rm -f "$work"/d*.img
 done
+
+# 4: the libvirt exporter beside fspair_exporter, on the same libvirt domains.
+libvirt_uri=qemu:///system
+libvirt_sock_ro=/var/run/libvirt/libvirt-sock-ro
+
+# holds_lab_lock: whether a caller (flock /var/tmp/fspair-lab.lock make bench)
+# holds the lab lock already; taking it again would wait for ever.
+holds_lab_lock() {
+	local p=$$ args
+	while [ "${p:-0}" -gt 1 ]; do
+		args=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || return 1
+		[[ " $args" == *flock\ *"$LAB_LOCK"* ]] && return 0
+		p=$(ps -o ppid= -p "$p" | tr -d ' ')
+	done
+	return 1
+}
+virsh_() { timeout 120 virsh -q -c "$libvirt_uri" "$@"; }
+# sock_answers: whether something accepts connections on a UNIX socket (a
+# killed daemon leaves its socket file behind).
+sock_answers() {
+	python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(sys.argv[1])' "$1" 2>/dev/null
+}
+libvirt_answers() { timeout 10 virsh -q -c "$libvirt_uri" uri >/dev/null 2>&1; }
+# stop_child: SIGTERM to a process this script started, SIGKILL after 15 s.
+stop_child() {
+	kill "$1" 2>/dev/null || return 0
+	for _ in $(seq 150); do kill -0 "$1" 2>/dev/null || { wait "$1" 2>/dev/null || true; return 0; }; sleep 0.1; done
+	log "pid $1 ($2) did not stop within 15 s of SIGTERM: killed"
+	kill -KILL "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+
+# ensure_libvirt: libvirtd answering on the system URI. When it does not,
+# virtlogd (QEMU's logs go through it) and libvirtd are started as children
+# of this script and stopped at exit, as tests/e2e/libvirt_test.go does:
+# Debian's libvirt resolves its QEMU user (libvirt-qemu, made by
+# libvirt-daemon-system, which is not installed) when the QEMU driver
+# starts, and QEMU runs as root while libvirtd starts so that libvirt's
+# capability cache stays valid (/dev/kvm is root-only here; with the QEMU
+# user unable to open it, each domain start probes QEMU again for about a
+# minute: virQEMUCapsIsValid in src/qemu/qemu_capabilities.c).
+ensure_libvirt() {
+	for bin in libvirtd virtlogd virsh qemu-system-x86_64 prometheus-libvirt-exporter; do
+		command -v "$bin" >/dev/null || { log "$bin is missing: make deps (scripts/install-deps.sh)"; exit 1; }
+	done
+	if libvirt_answers; then
+		log "libvirtd answers on $libvirt_uri: using it"
+		return
+	fi
+	if ! id libvirt-qemu >/dev/null 2>&1; then
+		useradd --system --user-group --no-create-home --home-dir /var/lib/libvirt --shell /usr/sbin/nologin libvirt-qemu
+		undo+=("userdel libvirt-qemu")
+	fi
+	if ! sock_answers /var/run/libvirt/virtlogd-sock; then
+		virtlogd 9>&- >"$work/virtlogd.log" 2>&1 &
+		local vl=$!
+		undo+=("stop_child $vl virtlogd")
+		for _ in $(seq 100); do sock_answers /var/run/libvirt/virtlogd-sock && break; sleep 0.1; done
+		sock_answers /var/run/libvirt/virtlogd-sock || { log "virtlogd did not answer; its log:"; cat "$work/virtlogd.log" >&2; exit 1; }
+	fi
+	local conf=/etc/libvirt/qemu.conf
+	if [ -e "$conf" ]; then cp -p "$conf" "$work/qemu.conf.orig"; fi
+	mkdir -p /etc/libvirt
+	printf '# fspair bench: written while libvirtd starts, then restored\nuser = "root"\ngroup = "root"\n' >"$conf"
+	local restore="rm -f $conf"
+	[ -e "$work/qemu.conf.orig" ] && restore="cp -p $work/qemu.conf.orig $conf"
+	undo+=("$restore")
+	libvirtd 9>&- >"$work/libvirtd.log" 2>&1 &
+	local lv=$!
+	undo+=("stop_child $lv libvirtd")
+	for _ in $(seq 300); do libvirt_answers && break; kill -0 "$lv" 2>/dev/null || break; sleep 0.1; done
+	eval "$restore"
+	libvirt_answers || { log "libvirtd did not answer within 30 s; its log:"; tail -20 "$work/libvirtd.log" >&2; exit 1; }
+	log "started virtlogd and libvirtd (pid $lv)"
+}
+
+# bench_domain: define and start one paused transient domain with the
+# given images as virtio disks vda, vdb, ... (user aliases ua-vdX, so that
+# HMP can name each disk's backend).
+bench_domain() { # name image...
+	local name=$1 i=0 letters=abcdefghijklmnopqrstuvwxyz
+	shift
+	{
+		echo "<domain type='qemu'>"
+		echo "  <name>$name</name>"
+		echo "  <memory unit='MiB'>64</memory>"
+		echo "  <vcpu>1</vcpu>"
+		echo "  <os><type arch='x86_64' machine='pc'>hvm</type></os>"
+		echo "  <devices>"
+		echo "    <emulator>$(command -v qemu-system-x86_64)</emulator>"
+		for img in "$@"; do
+			local t=vd${letters:i:1}
+			echo "    <disk type='file' device='disk'>"
+			echo "      <driver name='qemu' type='raw' cache='none' io='threads' discard='unmap'/>"
+			echo "      <source file='$img'/>"
+			echo "      <target dev='$t' bus='virtio'/>"
+			echo "      <alias name='ua-$t'/>"
+			echo "    </disk>"
+			i=$((i + 1))
+		done
+		echo "    <controller type='usb' model='none'/>"
+		echo "    <memballoon model='none'/>"
+		echo "  </devices>"
+		echo "</domain>"
+	} >"$work/lv/$name.xml"
+	virsh_ create --paused "$work/lv/$name.xml" >/dev/null
+}
+
+# domain_io: QEMU does one request of each kind on each disk of the domain,
+# from its own process (HMP qemu-io on the disk's backend), as a guest's
+# I/O would reach the image: fspair follows the domain's QEMU process only.
+domain_io() { # name disks
+	local cmds=() t i letters=abcdefghijklmnopqrstuvwxyz
+	for ((i = 0; i < $2; i++)); do
+		t=vd${letters:i:1}
+		for op in "write 0 4k" "flush" "discard 1M 64k" "write -z 2M 64k" "read 0 4k"; do
+			cmds+=("qemu-monitor-command $1 --hmp 'qemu-io -d /machine/peripheral/ua-$t/virtio-backend \"$op\"'")
+		done
+	done
+	local IFS=';' res
+	res=$(virsh_ "${cmds[*]}" 2>&1) || { log "I/O on $1: $res"; exit 1; }
+	if grep -qiE 'error|conflict|fail' <<<"$res"; then log "I/O on $1: $res"; exit 1; fi
+}
+
+# destroy_domains: the bench's domains go (transient: destroyed, they are
+# gone), with the logs libvirt kept of their QEMU.
+# libvirt waits seconds for each QEMU to exit, so ten go at once (waiting
+# only for these, not for the daemons this script runs in the background).
+destroy_domains() {
+	local d pids=()
+	for d in $(virsh_ list --name | grep "^$prefix"); do
+		{ virsh_ destroy "$d" >/dev/null || true; } &
+		pids+=($!)
+		if ((${#pids[@]} == 10)); then wait "${pids[@]}"; pids=(); fi
+	done
+	if ((${#pids[@]})); then wait "${pids[@]}"; fi
+	rm -f /var/log/libvirt/qemu/"$prefix"*.log
+}
+
+# ours: how many series of a family the bench's domains have, at a URL.
+ours() { # url family [extra awk condition]
+	curl -sf "$1" | awk -v f="$2" -v d="domain=\"$prefix" "index(\$0, f \"{\") == 1 && index(\$0, d) ${3:+&& $3} {n++} END {print n+0}"
+}
+
+wait_for() { # what url family want [condition]
+	for _ in $(seq 600); do
+		[ "$(ours "$2" "$3" "${5:-}")" = "$4" ] && return 0
+		sleep 0.2
+	done
+	log "$1: $(ours "$2" "$3" "${5:-}") of $4 after 120 s"
+	return 1
+}
+
+if want libvirt; then
+	# Disks are vda..vdt, each a PCI device on the machine's one bus.
+	if [ "$LIBVIRT_DISKS_PER_VM" -lt 1 ] || [ "$LIBVIRT_DISKS_PER_VM" -gt 20 ]; then
+		log "LIBVIRT_DISKS_PER_VM=$LIBVIRT_DISKS_PER_VM: want 1 to 20"
+		exit 1
+	fi
+	if holds_lab_lock; then
+		log "the lab lock is held by a caller"
+	else
+		exec 9>>"$LAB_LOCK"
+		log "waiting for the lab lock $LAB_LOCK"
+		flock 9
+	fi
+	ensure_libvirt
+	prefix=fspair-bench-$$-
+	undo+=(destroy_domains)
+	# The images are opened by QEMU, which a libvirtd this script did not
+	# start may run as another user.
+	mkdir -p "$work/lv"
+	chmod 755 "$work" "$work/lv"
+	others=$(virsh_ list --name | grep -v "^$prefix" | grep -c . || true)
+	{
+		echo "# libvirt: paused transient domains (QEMU -S, TCG, 64 MiB), $LIBVIRT_DISKS_PER_VM virtio disks each (raw 1 GiB sparse, cache=none, io=threads: linux-aio would take an AIO context per disk, and 1,000 of them exceed fs.aio-max-nr),"
+		echo "#   one write, flush, discard, write_zeroes and read by QEMU on each disk; $others other running domain(s) on this libvirtd;"
+		echo "#   median of 20 scrapes of each exporter, alternating; libvirt exporter: $(dpkg-query -W -f='${Package} ${Version}' prometheus-libvirt-exporter 2>/dev/null), on $libvirt_sock_ro"
+	} | tee -a "$out"
+	vms=0
+	for n in $LIBVIRT_DISKS; do
+		want_vms=$(((n + LIBVIRT_DISKS_PER_VM - 1) / LIBVIRT_DISKS_PER_VM))
+		log "libvirt: $n disks, $want_vms domains ($((want_vms - vms)) to start)"
+		start=$(date +%s.%N)
+		while [ "$vms" -lt "$want_vms" ]; do
+			vms=$((vms + 1))
+			imgs=()
+			for ((j = 0; j < LIBVIRT_DISKS_PER_VM; j++)); do
+				truncate -s 1G "$work/lv/vm$vms-$j.img"
+				imgs+=("$work/lv/vm$vms-$j.img")
+			done
+			bench_domain "$prefix$vms" "${imgs[@]}"
+		done
+		log "libvirt: $vms domains running paused ($(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e-s}') s to start)"
+		disks=$((vms * LIBVIRT_DISKS_PER_VM))
+
+		run_exporter --no-discovery.proc --discovery.libvirt.socket="$libvirt_sock_ro"
+		prometheus-libvirt-exporter --web.listen-address=127.0.0.1:$LIBVIRT_PORT \
+			--libvirt.uri="$libvirt_uri?socket=$libvirt_sock_ro" 9>&- >"$work/libvirt-exporter.log" 2>&1 &
+		lexp=$!
+		pids+=("$lexp")
+		fsp_url=http://127.0.0.1:$PORT/metrics
+		lv_url=http://127.0.0.1:$LIBVIRT_PORT/metrics
+		# Counters of a disk are written once fspair follows it.
+		wait_for "fspair_exporter following the domains' disks" "$fsp_url" fspair_disk_requests_total $((disks * 6)) || exit 1
+		wait_for "libvirt exporter listing the domains' disks" "$lv_url" libvirt_domain_block_stats_read_bytes_total "$disks" || {
+			tail -5 "$work/libvirt-exporter.log" >&2; exit 1; }
+		log "libvirt: one request of each kind on each of the $disks disks, by QEMU"
+		for ((v = 1; v <= vms; v++)); do domain_io "$prefix$v" "$LIBVIRT_DISKS_PER_VM"; done
+		wait_for "fspair_exporter counting the reads" "$fsp_url" fspair_disk_requests_total "$disks" '/op="read"\} [1-9]/' || true
+		io_disks=$(ours "$fsp_url" fspair_disk_requests_total '/op="read"\} [1-9]/')
+
+		ft=() fz=() lt=() lz=()
+		for _ in $(seq 20); do
+			ft+=("$(curl -sf -o /dev/null -w '%{time_total}' "$fsp_url")")
+			lt+=("$(curl -sf -o /dev/null -w '%{time_total}' "$lv_url")")
+		done
+		for _ in $(seq 20); do
+			fz+=("$(curl -sf --compressed -o /dev/null -w '%{time_total}' "$fsp_url")")
+			lz+=("$(curl -sf --compressed -o /dev/null -w '%{time_total}' "$lv_url")")
+		done
+		up=$(curl -sf "$lv_url" | awk '/^libvirt_up / {print $2}')
+		[ "$up" = 1 ] || { log "libvirt exporter: libvirt_up $up"; tail -5 "$work/libvirt-exporter.log" >&2; exit 1; }
+		awk -v n="$disks" -v vms="$vms" -v io="$io_disks" \
+			-v ft="$(printf '%s\n' "${ft[@]}" | median)" -v fz="$(printf '%s\n' "${fz[@]}" | median)" \
+			-v fr="$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")" -v fs="$(curl -sf "$fsp_url" | grep -vc '^#')" \
+			-v lt="$(printf '%s\n' "${lt[@]}" | median)" -v lz="$(printf '%s\n' "${lz[@]}" | median)" \
+			-v lr="$(awk '/VmRSS/ {print $2}' "/proc/$lexp/status")" -v ls="$(curl -sf "$lv_url" | grep -vc '^#')" 'BEGIN {
+			printf "libvirt disks=%-5d vms=%-4d fspair %7.1f ms  gzip %7.1f ms  rss %5.1f MiB  series %7d  |  libvirt-exporter %7.1f ms  gzip %7.1f ms  rss %5.1f MiB  series %6d  (disks with I/O counted: %d)\n",
+				n, vms, 1000*ft, 1000*fz, fr/1024, fs, 1000*lt, 1000*lz, lr/1024, ls, io }' | tee -a "$out"
+		stop_exporter
+		stop_child "$lexp" prometheus-libvirt-exporter
+	done
+fi
+
 log "results in $out"
