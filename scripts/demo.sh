@@ -10,4 +10,6 @@ bash scripts/install-deps.sh
 export GOFLAGS=-mod=mod
 go build -o bin/fspair_exporter ./exporter
 go build -o bin/fspair-demo ./tests/demo
-exec bin/fspair-demo --exporter=bin/fspair_exporter "$@"
+# The demo regenerates the rules with an example site knowledge base.
+go build -o bin/fspair-rules-gen ./rules/gen
+exec bin/fspair-demo --exporter=bin/fspair_exporter --rules.gen=bin/fspair-rules-gen "$@"

@@ -23,6 +23,9 @@
 #   FSPAIR_STACK_LIBVIRT_SOCKET    /var/run/libvirt/libvirt-sock-ro
 #   FSPAIR_EXPORTER_BIN            bin/fspair_exporter (make build)
 #   FSPAIR_EXPORTER_ARGS           extra flags for fspair_exporter
+#   FSPAIR_STACK_RULES             the rule files' directory, default rules/ (make
+#                                  demo: rules generated with an example site
+#                                  knowledge base)
 # Needs root: fspair_exporter loads BPF programs.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +54,7 @@ libvirt_addr=${FSPAIR_STACK_LIBVIRT_ADDR:-127.0.0.1:19177}
 exporter_addr=${FSPAIR_STACK_EXPORTER_ADDR:-127.0.0.1:19477}
 libvirt_socket=${FSPAIR_STACK_LIBVIRT_SOCKET:-/var/run/libvirt/libvirt-sock-ro}
 exporter_bin=${FSPAIR_EXPORTER_BIN:-$repo/bin/fspair_exporter}
+rules_dir=$(realpath -m "${FSPAIR_STACK_RULES:-$repo/rules}")
 
 # Components in start order; stop goes the other way.
 components=(alertmanager prometheus node-exporter libvirt-exporter fspair-exporter)
@@ -259,6 +263,7 @@ start() {
 		fi
 	done
 	[ -x "$exporter_bin" ] || die "fspair-exporter: $exporter_bin not found (make build, or set FSPAIR_EXPORTER_BIN)"
+	compgen -G "$rules_dir/*.yml" >/dev/null || die "prometheus: no rule files (*.yml) in $rules_dir (FSPAIR_STACK_RULES)"
 	mkdir -p "$dir/log" "$dir/run" "$dir/prometheus/data" "$dir/alertmanager"
 	rm -f "$dir/run/skipped"
 
@@ -273,9 +278,9 @@ start() {
 
 	# Prometheus resolves the paths in prometheus.yml against the directory
 	# it was given the file in: the repository's file, linked here beside
-	# the repository's rules and this stack's targets.
+	# the repository's rules (or FSPAIR_STACK_RULES) and this stack's targets.
 	ln -sfn "$repo/deploy/prometheus/prometheus.yml" "$dir/prometheus/prometheus.yml"
-	ln -sfn "$repo/rules" "$dir/prometheus/rules"
+	ln -sfn "$rules_dir" "$dir/prometheus/rules"
 	write_targets
 
 	# On any failure from here, stop what was started.

@@ -1,0 +1,449 @@
+//go:build querywalk
+
+package k6
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+var (
+	walkProm       = flag.String("prometheus", "", "the Prometheus to walk the dashboards against, e.g. http://127.0.0.1:19090 (make demo's)")
+	walkDashboards = flag.String("dashboards", "../../dashboards", "directory of the dashboards' JSON")
+	walkRange      = flag.Duration("range", 5*time.Minute, "time range the dashboards are opened on (range queries span it; $__range)")
+	walkScrape     = flag.Duration("scrape", 15*time.Second, "the data source's scrape interval (Grafana's timeInterval), for $__interval and $__rate_interval")
+	walkWait       = flag.Duration("wait", 0, "keep asking again, every scrape interval, while queries are empty and no query failed, for up to this long (a Prometheus that just started: the long-window rule groups evaluate every 3m)")
+	walkClasses    = flag.String("classes", "", "comma-separated live workload classes that must be there at the end: CLASS (some disk has it) or DOMAIN=CLASS (that domain's disks have it; make demo: demo-web=web,demo-mail=mail); with -wait, waited for")
+	walkVars       = varFlags{}
+)
+
+func init() {
+	flag.Var(walkVars, "var", "NAME=VALUE: open the dashboards with this selection instead of the saved one (VALUE: a value, several joined by commas, or All); repeatable")
+}
+
+// varFlags collects -var NAME=VALUE.
+type varFlags map[string]string
+
+func (v varFlags) String() string { return fmt.Sprint(map[string]string(v)) }
+
+func (v varFlags) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", s)
+	}
+	v[name] = value
+	return nil
+}
+
+// walkFacts are what the reasons for empty queries look at, and how the
+// dashboards were opened.
+type walkFacts struct {
+	liveClasses map[string]bool   // the disks' live workload classes at the end of the range
+	domainClass map[string]string // each domain's live classes, joined by commas
+	selections  []string          // per dashboard: its variables' values
+}
+
+func (f walkFacts) classList() string {
+	var out []string
+	for c := range f.liveClasses {
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// emptyReason is a query that may come back empty, and why. Such a query
+// must still parse and run; it is counted and listed apart.
+type emptyReason struct {
+	why     func(q Query, f walkFacts) string // "" when it does not cover q
+	summary string                            // the reason, as the output lists it
+}
+
+var (
+	firingAlerts = regexp.MustCompile(`\bALERTS\{[^}]*alertstate="firing"`)
+	fleetSeries  = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
+)
+
+// expectedEmpty is the short list of queries that cannot return data on
+// the demo's Prometheus after a few minutes, whatever the demo does; every
+// other query must.
+var expectedEmpty = []emptyReason{
+	{
+		summary: "firing fspair alerts: none can fire within the demo: the shortest `for` is 5m (FspairExporterDown, " +
+			"which needs the exporter down), the alerts on disks wait 15m (FspairMailFlushLatencyHigh) to 1h " +
+			"(FspairPoorPairing) (rules/fspair.alerts.yml)",
+		why: func(q Query, _ walkFacts) string {
+			// A count ... or vector(0) has its zero without alerts.
+			if firingAlerts.MatchString(q.Template) && !strings.Contains(q.Template, "or vector(0)") {
+				return "no fspair alert fires within minutes (`for` 5m to 1h)"
+			}
+			return ""
+		},
+	},
+	{
+		summary: "libvirt exporter series (the VM disk dashboard's libvirt row and its libvirt_job, libvirt_instance " +
+			"variables): the lab's VMs are plain QEMU processes, not libvirt domains, so no libvirt exporter " +
+			"reports them (scripts/stack.sh starts one only when libvirtd answers)",
+		why: func(q Query, _ walkFacts) string {
+			if strings.Contains(q.Template, "libvirt_domain_block_stats_") {
+				return "the lab's VMs are not libvirt domains"
+			}
+			return ""
+		},
+	},
+	{
+		summary: "k6 series (the VM disk dashboard's load-test row): k6 writes them into Prometheus only during " +
+			"`make loadtest` (TestLoad, remote write); the demo runs no load test",
+		why: func(q Query, _ walkFacts) string {
+			if strings.Contains(q.Template, "k6_http_") {
+				return "written by k6 during make loadtest only"
+			}
+			return ""
+		},
+	},
+	{
+		summary: "copies of a row repeated per workload class (fleet: class, knowledge base: workload) for a class " +
+			"no disk has live at the end of the range: their fleet series (class_pair:*, class:*, domain_disk:*) are " +
+			"empty; the demo runs a web-like and a mail-like VM (demo-smoke requires them classed so, -classes " +
+			"demo-web=web,demo-mail=mail), so fileserver, rfa and mixed have no disk",
+		why: func(q Query, f walkFacts) string {
+			name, class, ok := strings.Cut(q.Repeat, "=")
+			if !ok || (name != "class" && name != "workload") || f.liveClasses[class] || !fleetSeries.MatchString(q.Template) {
+				return ""
+			}
+			return fmt.Sprintf("no disk's live class is %s", class)
+		},
+	},
+	{
+		summary: "the fleet's knowledge-base verdicts in the copy for class mixed: the knowledge base has verdicts " +
+			"for web, mail, fileserver and rfa; mixed (the class of a disk no workload fits) has none (rules/kdb/pairs.yaml)",
+		why: func(q Query, _ walkFacts) string {
+			if q.Repeat == "class=mixed" && strings.Contains(q.Template, "fspair_kdb_pair_verdict") && !fleetSeries.MatchString(q.Template) {
+				return "the knowledge base has no verdicts for mixed"
+			}
+			return ""
+		},
+	},
+}
+
+// walkResult is one query's answers.
+type walkResult struct {
+	q                Query
+	instant, ranged  int
+	err              error
+	expected         string // the reason it may be empty, when one covers it
+	status           string // ok, empty (expected), EMPTY, ERROR
+	expectedButFound bool
+}
+
+// TestQueryWalk opens every dashboard of dashboards/ on the last -range
+// against the Prometheus of -prometheus as Grafana would (saved
+// selections, All for the multi-value variables, the first value of the
+// others, repeated rows copied per value) and runs every panel query and
+// every query variable's selector through /api/v1/query (at the end of the
+// range) and /api/v1/query_range (over it, at $__interval). Each must
+// parse (HTTP 200, status success) and return at least one series both
+// ways; the few queries expectedEmpty explains may come back empty (they
+// must still run), and are counted apart. With -wait, it asks again while
+// queries are only empty (or the -classes are not all live yet), so that
+// a Prometheus that just started can evaluate its long-window rule groups.
+func TestQueryWalk(t *testing.T) {
+	if *walkProm == "" {
+		t.Fatal("no Prometheus to walk the dashboards against: pass -prometheus URL (make demo's: http://127.0.0.1:19090)")
+	}
+	ds, err := ReadDashboards(*walkDashboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *walkWait+5*time.Minute)
+	defer cancel()
+	deadline := time.Now().Add(*walkWait)
+	fmt.Printf("walk: %d dashboards against %s, range %s, step %s, rate interval %s\n", len(ds), *walkProm,
+		*walkRange, Window{Range: *walkRange, Scrape: *walkScrape}.Step(), Window{Range: *walkRange, Scrape: *walkScrape}.RateInterval())
+
+	waitRuleGroups(ctx, t, deadline)
+
+	var (
+		results     []walkResult
+		missing     []string
+		hidden      int
+		facts       walkFacts
+		wantClasses []string
+		notLiveYet  []string
+	)
+	for _, c := range strings.Split(*walkClasses, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			wantClasses = append(wantClasses, c)
+		}
+	}
+	for round := 1; ; round++ {
+		results, missing, hidden, facts = walkOnce(ctx, t)
+		var empty, failed []walkResult
+		for _, r := range results {
+			switch r.status {
+			case "EMPTY":
+				empty = append(empty, r)
+			case "ERROR":
+				failed = append(failed, r)
+			}
+		}
+		notLiveYet = nil
+		for _, c := range wantClasses {
+			if domain, class, ok := strings.Cut(c, "="); ok {
+				if facts.domainClass[domain] != class {
+					notLiveYet = append(notLiveYet, fmt.Sprintf("%s (%s has %q)", class, domain, facts.domainClass[domain]))
+				}
+			} else if !facts.liveClasses[c] {
+				notLiveYet = append(notLiveYet, c)
+			}
+		}
+		if (len(empty) == 0 && len(notLiveYet) == 0) || len(failed) > 0 || time.Now().Add(*walkScrape).After(deadline) {
+			break
+		}
+		groups, _ := RuleGroups(ctx, *walkProm)
+		pending := fmt.Sprintf("%d of %d queries still empty", len(empty), len(results))
+		if len(empty) > 0 {
+			pending += fmt.Sprintf(" (first: %s / %s%s)", empty[0].q.Dashboard, empty[0].q.Panel, refOf(empty[0].q))
+		}
+		fmt.Printf("walk: %s round %d: %s; live classes %s; long-window groups last evaluated: %s; asking again until %s\n",
+			time.Now().UTC().Format("15:04:05"), round, pending, facts.classList(), longGroups(groups), deadline.UTC().Format("15:04:05"))
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(*walkScrape):
+		}
+	}
+	for _, s := range facts.selections {
+		fmt.Printf("walk: opened %s\n", s)
+	}
+	printWalk(results, missing, hidden)
+	fmt.Printf("walk: live classes at the end: %s\n", facts.classList())
+
+	if len(notLiveYet) > 0 {
+		t.Errorf("live classes missing: %s (live: %s); -classes asks for %s", strings.Join(notLiveYet, ", "), facts.classList(), *walkClasses)
+	}
+	for _, r := range results {
+		switch r.status {
+		case "ERROR":
+			t.Errorf("%s / %s%s: %v\n  %s", r.q.Dashboard, r.q.Panel, refOf(r.q), r.err, r.q.Expr)
+		case "EMPTY":
+			t.Errorf("%s / %s%s: no data (instant %d series, range %d)\n  %s", r.q.Dashboard, r.q.Panel, refOf(r.q), r.instant, r.ranged, r.q.Expr)
+		}
+	}
+}
+
+// waitRuleGroups waits, until deadline, for every rule group of Prometheus
+// to have evaluated at least once, and fails if one has not by then.
+func waitRuleGroups(ctx context.Context, t *testing.T, deadline time.Time) {
+	t.Helper()
+	for {
+		groups, err := RuleGroups(ctx, *walkProm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(groups) == 0 {
+			t.Fatalf("%s has no rule groups: the dashboards read fspair's recording rules (rules/*.yml)", *walkProm)
+		}
+		var waiting []string
+		for _, g := range groups {
+			if g.LastEvaluation.IsZero() || g.LastEvaluation.Year() < 2000 {
+				waiting = append(waiting, fmt.Sprintf("%s (every %gs)", g.Name, g.Interval))
+			}
+		}
+		if len(waiting) == 0 {
+			fmt.Printf("walk: all %d rule groups have evaluated; long-window ones last at %s\n", len(groups), longGroups(groups))
+			return
+		}
+		if time.Now().Add(*walkScrape).After(deadline) {
+			t.Fatalf("rule groups not evaluated yet: %s (pass a longer -wait)", strings.Join(waiting, ", "))
+		}
+		fmt.Printf("walk: %s waiting for rule groups to evaluate a first time: %s\n", time.Now().UTC().Format("15:04:05"), strings.Join(waiting, ", "))
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(*walkScrape):
+		}
+	}
+}
+
+// longGroups lists the groups evaluated less often than every minute, with
+// their last evaluation.
+func longGroups(groups []RuleGroup) string {
+	var out []string
+	for _, g := range groups {
+		if g.Interval >= 60 {
+			last := "never"
+			if !g.LastEvaluation.IsZero() && g.LastEvaluation.Year() >= 2000 {
+				last = g.LastEvaluation.UTC().Format("15:04:05")
+			}
+			out = append(out, g.Name+" "+last)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// walkOnce opens every dashboard and runs all its queries once.
+func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing []string, hidden int, facts walkFacts) {
+	t.Helper()
+	ds, err := ReadDashboards(*walkDashboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Window{End: time.Now(), Range: *walkRange, Scrape: *walkScrape}
+	// The classes the disks have now: a copy for a class one disk had a
+	// while ago may miss the fleet group's evaluations of it.
+	facts = walkFacts{liveClasses: map[string]bool{}, domainClass: map[string]string{}}
+	classes, err := instantQuery(ctx, *walkProm, `group by (domain, class) (domain_disk:fspair_workload_class:info)`, w.End)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range classes.Data.Result {
+		facts.liveClasses[s.Metric["class"]] = true
+		d := s.Metric["domain"]
+		if facts.domainClass[d] != "" {
+			facts.domainClass[d] += ","
+		}
+		facts.domainClass[d] += s.Metric["class"]
+	}
+	for _, d := range ds {
+		o, err := Open(ctx, *walkProm, d, w, walkVars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing = append(missing, o.Missing...)
+		hidden += o.Hidden
+		var sel []string
+		for _, v := range o.Selections {
+			val := strings.Join(v.Values, ",")
+			if v.All {
+				val = "All"
+			}
+			sel = append(sel, v.Name+"="+val)
+		}
+		facts.selections = append(facts.selections, d.UID+": "+strings.Join(sel, " "))
+		for _, q := range append(append([]Query(nil), o.Variables...), o.Panels...) {
+			r := walkResult{q: q}
+			r.instant, r.err = Instant(ctx, *walkProm, q.Expr, w.End)
+			if r.err == nil {
+				r.ranged, r.err = Range(ctx, *walkProm, q.Expr, w)
+			}
+			for _, e := range expectedEmpty {
+				if why := e.why(q, facts); why != "" {
+					r.expected = why
+					break
+				}
+			}
+			switch {
+			case r.err != nil:
+				r.status = "ERROR"
+				if ctx.Err() != nil || !isAPIError(r.err) {
+					t.Fatalf("ask %s: %v", *walkProm, r.err)
+				}
+			case r.instant > 0 && r.ranged > 0:
+				r.status = "ok"
+				r.expectedButFound = r.expected != ""
+			case r.expected != "":
+				r.status = "empty (expected)"
+			default:
+				r.status = "EMPTY"
+			}
+			results = append(results, r)
+		}
+	}
+	return results, missing, hidden, facts
+}
+
+func isAPIError(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae)
+}
+
+func refOf(q Query) string {
+	s := ""
+	if q.RefID != "" {
+		s = " [" + q.RefID + "]"
+	}
+	if q.Repeat != "" {
+		s += " (" + q.Repeat + ")"
+	}
+	return s
+}
+
+// printWalk prints the table, the totals and the expected-empty reasons.
+func printWalk(results []walkResult, missing []string, hidden int) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DASHBOARD\tPANEL\tREF\tINSTANT\tRANGE\tRESULT\t")
+	count := map[string]int{}
+	byReason := map[string]int{}
+	var surprises []walkResult
+	for _, r := range results {
+		count[r.status]++
+		res := r.status
+		switch {
+		case r.status == "empty (expected)":
+			res += ": " + r.expected
+			byReason[r.expected]++
+		case r.status == "ERROR":
+			res += ": " + r.err.Error()
+		case r.expectedButFound:
+			surprises = append(surprises, r)
+		}
+		ref := r.q.RefID
+		if r.q.Repeat != "" {
+			ref = strings.TrimPrefix(ref+" "+r.q.Repeat, " ")
+		}
+		panel := r.q.Panel
+		if len(panel) > 60 {
+			panel = panel[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t\n", r.q.Dashboard, panel, ref, r.instant, r.ranged, res)
+	}
+	tw.Flush()
+	vars := 0
+	for _, r := range results {
+		if r.q.Variable != "" {
+			vars++
+		}
+	}
+	fmt.Printf("\nwalk: %d queries (%d panel targets, %d variable selectors), each instant and range: %d ok, %d empty as expected, %d EMPTY, %d ERROR\n",
+		len(results), len(results)-vars, vars, count["ok"], count["empty (expected)"], count["EMPTY"], count["ERROR"])
+	if hidden > 0 {
+		fmt.Printf("walk: %d hidden targets not run (Grafana does not run them)\n", hidden)
+	}
+	fmt.Println("walk: queries allowed to be empty (they must still run):")
+	for _, e := range expectedEmpty {
+		fmt.Printf("  - %s\n", e.summary)
+	}
+	if len(byReason) > 0 {
+		fmt.Println("walk: empty in this run, by reason:")
+		reasons := make([]string, 0, len(byReason))
+		for k := range byReason {
+			reasons = append(reasons, k)
+		}
+		sort.Strings(reasons)
+		for _, k := range reasons {
+			fmt.Printf("  %3d  %s\n", byReason[k], k)
+		}
+	}
+	for _, r := range surprises {
+		fmt.Printf("walk: note: %s / %s%s has data although listed as possibly empty (%s)\n", r.q.Dashboard, r.q.Panel, refOf(r.q), r.expected)
+	}
+	for _, m := range missing {
+		fmt.Printf("walk: variable without values: %s\n", m)
+	}
+}
