@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/fspair/fspair/tests/alerting"
 	"github.com/fspair/fspair/tests/lab"
 )
 
@@ -635,22 +634,8 @@ func TestProbeDenied(t *testing.T) {
 func checkProbeAlert(t *testing.T, s scrape, denied string) {
 	t.Helper()
 	const alerts = "../../rules/fspair.alerts.yml"
-	b, err := os.ReadFile(alerts)
+	file, err := alerting.ReadRuleFile(alerts)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Groups []struct {
-			Rules []struct {
-				Alert       string            `yaml:"alert"`
-				Expr        string            `yaml:"expr"`
-				For         string            `yaml:"for"`
-				Labels      map[string]string `yaml:"labels"`
-				Annotations map[string]string `yaml:"annotations"`
-			} `yaml:"rules"`
-		} `yaml:"groups"`
-	}
-	if err := yaml.Unmarshal(b, &file); err != nil {
 		t.Fatalf("%s: %v", alerts, err)
 	}
 	expr, runbook := "", ""
