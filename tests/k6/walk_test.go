@@ -127,17 +127,6 @@ var expectedEmpty = []emptyReason{
 		},
 	},
 	{
-		summary: "the fleet's host-FS latency overhead in the copy for class web: the demo's web-like VM writes " +
-			"about twice a second, and its long-window overhead ratio exists only once its 1h write rate passes " +
-			"the rules' minimum, which in CI (2026-11-21, 16:52-17:00 UTC) it had not reached when the walk gave up",
-		why: func(q Query, _ walkFacts) string {
-			if q.Repeat == "class=web" && strings.Contains(q.Template, "fspair_hostfs_latency_overhead") {
-				return "the web-like VM writes too little for the long-window overhead within the demo"
-			}
-			return ""
-		},
-	},
-	{
 		summary: "the fleet's knowledge-base verdicts in the copy for class mixed: the knowledge base has verdicts " +
 			"for web, mail, fileserver and rfa; mixed (the class of a disk no workload fits) has none (rules/kdb/pairs.yaml)",
 		why: func(q Query, _ walkFacts) string {
