@@ -72,7 +72,6 @@ type emptyReason struct {
 }
 
 var (
-	firingAlerts = regexp.MustCompile(`\bALERTS\{[^}]*alertstate="firing"`)
 	fleetSeries  = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
 )
 
@@ -80,18 +79,6 @@ var (
 // the demo's Prometheus after a few minutes, whatever the demo does; every
 // other query must.
 var expectedEmpty = []emptyReason{
-	{
-		summary: "firing fspair alerts: none can fire within the demo: the shortest `for` is 5m (FspairExporterDown, " +
-			"which needs the exporter down), the alerts on disks wait 15m (FspairMailFlushLatencyHigh) to 1h " +
-			"(FspairPoorPairing) (rules/fspair.alerts.yml)",
-		why: func(q Query, _ walkFacts) string {
-			// A count ... or vector(0) has its zero without alerts.
-			if firingAlerts.MatchString(q.Template) && !strings.Contains(q.Template, "or vector(0)") {
-				return "no fspair alert fires within minutes (`for` 5m to 1h)"
-			}
-			return ""
-		},
-	},
 	{
 		summary: "libvirt exporter series (the VM disk dashboard's libvirt row and its libvirt_job, libvirt_instance " +
 			"variables): the lab's VMs are plain QEMU processes, not libvirt domains, so no libvirt exporter " +
