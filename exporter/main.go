@@ -52,6 +52,7 @@ func run() int {
 		metricsPath  = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
 		maxRequests  = app.Flag("web.max-requests", "Maximum number of scrapes served at once (0 = no limit); more wait for a slot up to their scrape timeout (10 s at most), then get 503.").Default("40").Int()
 		gzipLevel    = app.Flag("web.gzip-level", "Compression level of the response when the scraper accepts gzip: 1 (fastest) to 9, or 0 to never compress (at a thousand disks compressing takes longer than writing the metrics; 0 suits a Prometheus on the same host).").Default("1").Int()
+		reuse        = app.Flag("web.reuse", "How long a reading of the counters keeps serving the scrapes that arrive after it (0 = never): a burst of scrapers is then served one reading and one compressed body per this interval; counters served are at most this much plus one reading older than the scrape. 1s at most.").Default("100ms").Duration()
 		checkOnly    = app.Flag("check", "Discover disks, load and attach the probes, print what was found, and exit 0 if all is well, 1 if not.").Bool()
 		interval     = app.Flag("discovery.interval", "How often to look for VMs and disks.").Default("5s").Duration()
 		useLibvirt   = app.Flag("discovery.libvirt", "Discover libvirt domains.").Default("true").Bool()
@@ -81,6 +82,10 @@ func run() int {
 	}
 	if *gzipLevel < 0 || *gzipLevel > 9 {
 		fmt.Fprintf(os.Stderr, "%s: --web.gzip-level must be between 0 and 9, got %d\n", name, *gzipLevel)
+		return 2
+	}
+	if *reuse < 0 || *reuse > time.Second {
+		fmt.Fprintf(os.Stderr, "%s: --web.reuse must be between 0 and 1s, got %s\n", name, *reuse)
 		return 2
 	}
 	if *interval < 100*time.Millisecond {
@@ -188,6 +193,7 @@ func run() int {
 		MaxRequestsInFlight: *maxRequests,
 		Registry:            reg,
 		GzipLevel:           *gzipLevel,
+		Reuse:               *reuse,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)

@@ -798,7 +798,12 @@ def _load_test() -> list[PanelBuilder]:
             "reqps",
             [
                 Query("sum(rate(k6_http_reqs_total[$__rate_interval]))", "requests"),
-                Query('sum(rate(k6_http_reqs_total{expected_response="false"}[$__rate_interval]))', "failed"),
+                # 0 while k6 runs without failures (k6 writes no series for failed requests until one fails).
+                Query(
+                    'sum(rate(k6_http_reqs_total{expected_response="false"}[$__rate_interval]))'
+                    " or (0 * sum(rate(k6_http_reqs_total[$__rate_interval])))",
+                    "failed",
+                ),
             ],
             width=6,
         ),
@@ -827,7 +832,8 @@ def _load_test() -> list[PanelBuilder]:
         ),
         timeseries_panel(
             "Pair efficiency during the load",
-            "Write amplification (host device bytes per guest byte, domain_disk:fspair_write_amplification:ratio_rate5m) "
+            "Write amplification (host device bytes per guest byte, domain_disk:fspair_write_amplification:ratio_rate5m; "
+            "none while the guest writes under 64 KiB/s, efficiency.min_guest_write_bytes_per_second) "
             "and host-FS latency overhead (image-file per device latency, domain_disk:fspair_hostfs_latency_overhead:ratio_rate5m).",
             "none",
             [

@@ -44,6 +44,13 @@ type HandlerOpts struct {
 	// bench's exposition of a thousand disks (100 MB) in 44 ms where
 	// compress/gzip took 95 ms, to the same size (37:1 and 35:1).
 	GzipLevel int
+	// Reuse is how long a finished collection keeps serving the scrapes
+	// that arrive after it (0: never; each arrival after a collection
+	// ended starts the next). Under a burst of scrapers (a load test,
+	// several Prometheus servers at once) the counters are then read and
+	// compressed once per Reuse instead of once per scrape; a scrape is
+	// served counters at most Reuse plus one collection's duration old.
+	Reuse time.Duration
 }
 
 // Handler serves the exposition: the registry's families (the exporter's
@@ -65,6 +72,10 @@ type Handler struct {
 
 	mu  sync.Mutex
 	cur *collection // the collection under way, if any
+	// last is the latest finished collection while it may be reused
+	// (opts.Reuse), until lastEnd+Reuse; the handler holds a reference.
+	last    *collection
+	lastEnd time.Time
 	// collectHook, if set, runs at the start of each collection (tests).
 	collectHook func()
 
@@ -79,6 +90,9 @@ type Handler struct {
 func NewHandler(g prometheus.Gatherer, inv HostLister, counters CounterReader, host HostSource, opts HandlerOpts) (*Handler, error) {
 	if opts.GzipLevel < gzip.NoCompression || opts.GzipLevel > gzip.BestCompression {
 		return nil, fmt.Errorf("gzip level %d: want %d (never compress) to %d", opts.GzipLevel, gzip.NoCompression, gzip.BestCompression)
+	}
+	if opts.Reuse < 0 {
+		return nil, fmt.Errorf("collection reuse %s: want 0 or more", opts.Reuse)
 	}
 	h := &Handler{gatherer: g, inv: inv, counters: counters, host: host, opts: opts, logger: opts.Logger}
 	if h.logger == nil {
@@ -139,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	gz := h.opts.GzipLevel != gzip.NoCompression && acceptsGzip(r.Header.Get("Accept-Encoding"))
-	c := h.collection(gz)
+	c, reused := h.collection(gz)
 	defer h.release(c)
 	if c.err != nil {
 		h.errs.WithLabelValues("gathering").Inc()
@@ -155,10 +169,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.render(t)
 		t.flush()
 		err = t.err
-	case c.gzipScrapes == 1:
+	case !reused && c.loneGzip:
 		// The only scrape of its collection that wants it compressed
 		// (a Prometheus on its own): compressed into the connection
-		// as it is written, with no body held in memory.
+		// as it is written, with no body held in memory. Scrapes that
+		// reuse the collection later share one compressed body.
 		w.Header().Set("Content-Encoding", "gzip")
 		err = h.writeGzip(w, c)
 	default:
@@ -208,19 +223,25 @@ var errCollectionAborted = errors.New("metrics collection aborted")
 // the part of a scrape before the writing, a fraction of the whole
 // scrape's 1.7 ms at ten disks and 45 ms at a thousand (BENCHMARKS.md,
 // Scrape). Counters then lag the scrape's timestamp by up to that much.
-// Nothing is kept beyond the collection: only one runs at a time, a scrape
-// that arrives after one ended starts the next, and the last scrape of a
-// collection returns its buffers. So a scraper's next scrape is always
-// served from a later collection than its last one (one started after
-// that one was unpublished), and its counters never go back.
+// Only one runs at a time. Without reuse (HandlerOpts.Reuse 0) nothing is
+// kept beyond the collection: a scrape that arrives after one ended starts
+// the next, and the last scrape of a collection returns its buffers. With
+// reuse, the latest finished collection also serves the scrapes that
+// arrive within Reuse of its end, and is returned once a later one
+// replaces it. Either way a scraper's next scrape is served from the same
+// collection as its last one or a later one, so its counters never go
+// back.
 type collection struct {
 	done chan struct{} // closed when s, mfs and err are set
 	s    *snapshot
 	mfs  []*dto.MetricFamily
 	err  error // the gathering failed: every scrape answers 500
-	// Scrapes served from it, and how many of them accept gzip: set
-	// under Handler.mu while it is under way, fixed once done is closed.
+	// Scrapes served from it (and the handler, while it may be reused),
+	// and how many of those that shared it while it was under way accept
+	// gzip: both under Handler.mu. loneGzip, set when done is closed, says
+	// that exactly one of those did.
 	refs, gzipScrapes int
+	loneGzip          bool
 
 	// The compressed response, when several scrapes want it: made by the
 	// first of them and sent as it is to the others (compressing costs
@@ -233,10 +254,17 @@ type collection struct {
 }
 
 // collection returns the collection under way, waiting for its end, or
-// runs a new one; gz says whether the scrape accepts gzip.
-func (h *Handler) collection(gz bool) *collection {
+// the last finished one while it may be reused (reused true), or runs a
+// new one; gz says whether the scrape accepts gzip.
+func (h *Handler) collection(gz bool) (c *collection, reused bool) {
 	h.mu.Lock()
-	c := h.cur
+	c = h.cur
+	if c == nil && h.last != nil && time.Since(h.lastEnd) < h.opts.Reuse {
+		c = h.last
+		c.refs++
+		h.mu.Unlock()
+		return c, true
+	}
 	if c == nil {
 		c = &collection{done: make(chan struct{}), err: errCollectionAborted}
 		h.cur = c
@@ -248,19 +276,30 @@ func (h *Handler) collection(gz bool) *collection {
 	if c.refs > 1 {
 		h.mu.Unlock()
 		<-c.done
-		return c
+		return c, false
 	}
 	h.mu.Unlock()
 	defer func() {
 		// Unpublished before it is released, so that a scrape arriving
-		// now starts a fresh collection rather than take this one.
+		// now starts a fresh collection (or reuses this one, when it
+		// succeeded and reuse is on) rather than join it.
+		var old *collection
 		h.mu.Lock()
 		h.cur = nil
+		c.loneGzip = c.gzipScrapes == 1
+		if h.opts.Reuse > 0 && c.err == nil {
+			old = h.last
+			h.last, h.lastEnd = c, time.Now()
+			c.refs++ // the handler's, dropped when a later one replaces it
+		}
 		h.mu.Unlock()
 		close(c.done)
+		if old != nil {
+			h.release(old)
+		}
 	}()
 	h.collect(c)
-	return c
+	return c, false
 }
 
 // collect reads the counters and gathers the registry into c. The

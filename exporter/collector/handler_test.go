@@ -288,6 +288,76 @@ func TestHandlerFreshCollection(t *testing.T) {
 	}
 }
 
+// TestHandlerReuse: with Reuse, scrapes that arrive within the window
+// after a collection ended are served from it (the counters as they were
+// read, no new collection), gzip scrapes from one compressed body; the
+// first scrape after the window starts a fresh collection, and the one it
+// replaces is released.
+func TestHandlerReuse(t *testing.T) {
+	inv, k := randomFleet(rand.New(rand.NewPCG(16, 6)), 4)
+	for i := range inv.disks {
+		inv.disks[i].Tracked = true
+	}
+	gh := newGatedHandler(t, prometheus.NewRegistry(), inv, k, HandlerOpts{GzipLevel: kgzip.BestSpeed, Reuse: time.Hour})
+	close(gh.release)
+	d := inv.disks[0]
+	sel := fmt.Sprintf(`fspair_disk_requests_total{domain=%q,uuid=%q,target_device=%q,source_file=%q,op="read"} `,
+		d.Domain, d.UUID, d.TargetDevice, d.SourceFile)
+	set := func(v uint64) {
+		c := k.disk[d.Slot]
+		c.Requests[0] = v
+		k.disk[d.Slot] = c
+	}
+	set(500)
+	var bodies [][]byte
+	for i, gz := range []bool{true, true, false, true} {
+		if i > 0 {
+			set(uint64(500 + i)) // read by no collection: the first one is reused
+		}
+		r := fetch(gh.srv.URL, gz)
+		if r.err != nil || r.code != http.StatusOK {
+			t.Fatalf("scrape %d: status %d, %v", i, r.code, r.err)
+		}
+		if want := sel + "500\n"; !strings.Contains(r.text, want) {
+			t.Errorf("scrape %d (gzip %v) within the reuse window: no %q", i, gz, strings.TrimSpace(want))
+		}
+		if i > 0 && gz {
+			bodies = append(bodies, r.raw)
+		}
+	}
+	if got := gh.collections.Load(); got != 1 {
+		t.Errorf("4 scrapes within the reuse window: %d collections, want 1", got)
+	}
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) {
+		t.Errorf("the gzip scrapes that reused the collection were not sent one compressed body")
+	}
+
+	// The window ends: the next scrape reads the counters afresh.
+	gh.h.mu.Lock()
+	first := gh.h.last
+	gh.h.lastEnd = time.Now().Add(-2 * time.Hour)
+	gh.h.mu.Unlock()
+	set(600)
+	r := fetch(gh.srv.URL, true)
+	if r.err != nil || r.code != http.StatusOK {
+		t.Fatalf("scrape after the window: status %d, %v", r.code, r.err)
+	}
+	if want := sel + "600\n"; !strings.Contains(r.text, want) {
+		t.Errorf("scrape after the reuse window: no %q: served the old collection", strings.TrimSpace(want))
+	}
+	if got := gh.collections.Load(); got != 2 {
+		t.Errorf("after the window: %d collections, want 2", got)
+	}
+	gh.h.mu.Lock()
+	defer gh.h.mu.Unlock()
+	if first == nil || first.refs != 0 {
+		t.Errorf("the replaced collection is still referenced (%v)", first)
+	}
+	if gh.h.last == first || gh.h.last.refs != 1 {
+		t.Errorf("the new collection is not the one held for reuse, or is held more than once")
+	}
+}
+
 // TestHandlerSharedQueued: with the in-flight bound, scrapes queued for a
 // slot and then joining collections under way are every one answered in
 // full (TestHandlerSharesCollection checks the sharing itself).

@@ -53,6 +53,7 @@ func TestCheckMode(t *testing.T) {
 		{"unknown flag", []string{"--no-such-flag"}, "unknown long flag"},
 		{"missing config", []string{"--discovery.config.file=" + filepath.Join(dir, "nope.yml")}, "nope.yml"},
 		{"bad max disks", []string{"--bpf.max-disks=0"}, "--bpf.max-disks"},
+		{"bad reuse", []string{"--web.reuse=5s"}, "--web.reuse"},
 		{"bad web config", []string{"--web.config.file=" + cfg}, "web config"},
 	}
 	for _, b := range bad {
