@@ -6,6 +6,14 @@
 // summary read back from Prometheus. Ctrl-C (or --duration) tears
 // everything down; the stack's logs stay in its directory.
 //
+// The VMs are of both kinds fspair_exporter discovers: demo-web is a plain
+// QEMU process, found in /proc; demo-mail is a transient libvirt domain,
+// found through libvirt, whose disk the libvirt exporter reports too (the
+// VM disk dashboard's libvirt row). The demo starts virtlogd and libvirtd
+// before the stack when none answers, and stops them at exit; where libvirt
+// is missing or does not start, demo-mail is plain QEMU as well and the
+// demo says that the libvirt row stays empty.
+//
 // Prometheus loads fspair's rules regenerated with an example of a site's
 // own knowledge base (tests/demo/site.yaml, --kdb.site), so that the
 // dashboards' site verdicts show something, and with every alert's `for`
@@ -43,6 +51,10 @@ type vmSpec struct {
 	name, hostFS, guestFS, format, cache, aio, workload string
 	// fio runs inside the guest on the mounted file system, in the background.
 	fio string
+	// libvirt: a transient libvirt domain when libvirt is usable, so that
+	// the libvirt exporter reports the disk beside fspair; otherwise, and
+	// when false, a plain QEMU process, which fspair finds in /proc.
+	libvirt bool
 }
 
 var vms = []vmSpec{
@@ -75,6 +87,7 @@ var vms = []vmSpec{
 	{
 		name: "demo-mail", hostFS: "btrfs", guestFS: "ext4", format: "qcow2", cache: "writeback", aio: "threads",
 		workload: "small synchronous writes, fsync after each (mail-like)",
+		libvirt:  true,
 		fio: "fio --name=mail --directory=/mnt --nrfiles=100 --filesize=16k --rw=randrw --rwmixread=50 --bs=4k " +
 			"--ioengine=psync --fsync=1 --time_based --runtime=86400 --thinktime=1000",
 	},
@@ -131,6 +144,10 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 		}
 	}()
 
+	// libvirtd runs before the stack starts, so that the stack starts the
+	// libvirt exporter and points fspair_exporter at libvirt.
+	useLibvirt := startLibvirt(l)
+
 	// The stack starts before the VMs and stops before the lab's teardown:
 	// the exporter holds the images open, which would keep their host file
 	// systems from unmounting.
@@ -160,27 +177,18 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 		if err := lab.MakeImage(setup, img, v.format, v.guestFS, 512); err != nil {
 			return err
 		}
-		vm, err := l.StartVM(setup, lab.VMConfig{Name: v.name, Disks: []lab.DiskConfig{
-			{ID: "vda", File: img, Format: v.format, Cache: v.cache, AIO: v.aio, Discard: "unmap"},
-		}})
+		kind, err := startVM(setup, l, v, img, v.libvirt && useLibvirt)
 		if err != nil {
 			return err
 		}
-		dev, err := vm.GuestDevice(setup, "vda")
-		if err != nil {
-			return err
-		}
-		if _, err := vm.RunOK(setup, fmt.Sprintf("mount -t %s /dev/%s /mnt && (%s >/dev/null 2>&1 &)", v.guestFS, dev, v.fio)); err != nil {
-			return fmt.Errorf("start workload in %s: %w", v.name, err)
-		}
-		fmt.Printf("demo: %s: guest %s on host %s (%s, cache=%s, aio=%s): %s\n",
-			v.name, v.guestFS, v.hostFS, v.format, v.cache, v.aio, v.workload)
+		fmt.Printf("demo: %s (%s): guest %s on host %s (%s, cache=%s, aio=%s): %s\n",
+			v.name, kind, v.guestFS, v.hostFS, v.format, v.cache, v.aio, v.workload)
 	}
 
 	promURL := st.url("PROMETHEUS_URL")
 	libvirt := st.url("LIBVIRT_EXPORTER_URL") + "/metrics"
 	if st.url("LIBVIRT_EXPORTER_URL") == "" {
-		libvirt = "not running: libvirtd does not answer (the lab's VMs are plain QEMU)"
+		libvirt = "not running: libvirtd does not answer (the dashboards' libvirt row stays empty)"
 	}
 	fmt.Printf("\ndemo: running. Look at:\n"+
 		"  prometheus    %s/graph  (try: rate(fspair_disk_requests_total[1m]); the rules' series: {__name__=~\"domain_disk:.+\"})\n"+
@@ -205,6 +213,67 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 			}
 		}
 	}
+}
+
+// startLibvirt makes sure libvirtd runs (lab.StartLibvirt: virtlogd and
+// libvirtd as the demo's children when none answers) and reports whether
+// the demo can create domains. The lab's teardown stops what it started,
+// after it has destroyed the domains. Without libvirt the demo goes on with
+// plain QEMU only, and says what that leaves empty.
+func startLibvirt(l *lab.Lab) bool {
+	lv, err := lab.StartLibvirt(l.Progress)
+	if err != nil {
+		fmt.Printf("demo: libvirt is not usable, so every VM is plain QEMU and the dashboards' libvirt row stays empty: %v\n", err)
+		return false
+	}
+	l.Defer(lv.Close)
+	return true
+}
+
+// startVM boots v's guest on img, as a transient libvirt domain when
+// asLibvirt, mounts the image's file system and starts the workload in the
+// background; it returns what kind of VM it started. The lab's teardown
+// stops the guest either way.
+func startVM(ctx context.Context, l *lab.Lab, v vmSpec, img string, asLibvirt bool) (string, error) {
+	if !asLibvirt {
+		vm, err := l.StartVM(ctx, lab.VMConfig{Name: v.name, Disks: []lab.DiskConfig{
+			{ID: "vda", File: img, Format: v.format, Cache: v.cache, AIO: v.aio, Discard: "unmap"},
+		}})
+		if err != nil {
+			return "", err
+		}
+		dev, err := vm.GuestDevice(ctx, "vda")
+		if err != nil {
+			return "", err
+		}
+		if _, err := vm.RunOK(ctx, workloadScript(v, "/dev/"+dev)); err != nil {
+			return "", fmt.Errorf("start workload in %s: %w", v.name, err)
+		}
+		return "plain QEMU", nil
+	}
+	dom, err := l.CreateDomain(ctx, v.name, []lab.DomainDisk{
+		{Target: "vda", File: img, Format: v.format, Cache: v.cache, IO: v.aio, Discard: "unmap"},
+	}, nil)
+	if err != nil {
+		return "", err
+	}
+	g, err := dom.Guest(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer g.Close()
+	// The domain's disks carry the serial fspair-<target>.
+	dev := `"$(for d in /sys/block/vd*; do [ "$(cat "$d/serial")" = fspair-vda ] && echo "/dev/${d##*/}"; done)"`
+	if _, err := g.RunOK(ctx, workloadScript(v, dev)); err != nil {
+		return "", fmt.Errorf("start workload in %s: %w", v.name, err)
+	}
+	return "libvirt domain " + dom.UUID, nil
+}
+
+// workloadScript mounts the guest's disk dev (a shell word) on /mnt and
+// starts v's fio there in the background.
+func workloadScript(v vmSpec, dev string) string {
+	return fmt.Sprintf("mount -t %s %s /mnt && (%s >/dev/null 2>&1 &)", v.guestFS, dev, v.fio)
 }
 
 // stack is the native stack the demo runs with scripts/stack.sh.

@@ -764,8 +764,8 @@ func TestLibvirtRestart(t *testing.T) {
 	ctx := context.Background()
 	requireLibvirtTools(t)
 	l := lab.ForTest(t)
-	lv := ensureLibvirt(t)
-	if lv.libvirtd == nil {
+	lv := ensureLibvirt(t, l)
+	if lv.Libvirtd == nil {
 		t.Fatalf("a libvirtd was running before the test; the test restarts libvirtd and does not touch a daemon it did not start: stop it (and virtlogd) and run again")
 	}
 	h, err := l.NewHostFS(ctx, "xfs", 1024)
@@ -781,8 +781,8 @@ func TestLibvirtRestart(t *testing.T) {
 	}
 	ex := runExporter(t, "--discovery.interval=500ms", "--discovery.libvirt.timeout=2s")
 	name := fmt.Sprintf("fspair-e2e-restart-%d", os.Getpid())
-	dom := createDomain(t, l, name, []domainDisk{
-		{target: "vda", file: vda, format: "raw", cache: "none", io: "native"},
+	dom := createDomain(t, l, name, []lab.DomainDisk{
+		{Target: "vda", File: vda, Format: "raw", Cache: "none", IO: "native"},
 	}, nil)
 	disk := map[string]string{"domain": name, "source_file": vda}
 	w := newWatcher(ex.url, vda, other)
@@ -796,7 +796,7 @@ func TestLibvirtRestart(t *testing.T) {
 	// serial port, a UNIX socket QEMU serves: it works with libvirtd
 	// down too.
 	g := readyGuest(ctx, t, dom)
-	defer g.close()
+	defer g.Close()
 	const n = 256 // 4 KiB O_DIRECT writes a job: each one request on the image (cache=none)
 	jobs := 0
 	write := func(when string) {
@@ -812,7 +812,7 @@ func TestLibvirtRestart(t *testing.T) {
 			fioLine(`"$dev"`, "write", fmt.Sprintf("%dm", 64*(jobs+1)))
 		jobs++
 		jobCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		out, rc, err := g.run(jobCtx, script, 100)
+		out, rc, err := g.Run(jobCtx, script)
 		cancel()
 		if err != nil || rc != 0 {
 			t.Fatalf("guest fio %s: rc %d, err %v, output:\n%s", when, rc, err, out)
@@ -838,7 +838,7 @@ func TestLibvirtRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs0, _ := s.get("fspair_discovery_errors_total", map[string]string{"source": "libvirt"})
-	if err := lv.libvirtd.stop(); err != nil {
+	if err := lv.Libvirtd.Stop(); err != nil {
 		t.Fatalf("stop libvirtd: %v", err)
 	}
 	stopped := time.Now()
@@ -878,10 +878,12 @@ func TestLibvirtRestart(t *testing.T) {
 	}
 
 	// libvirtd starts again, the way ensureLibvirt started it.
-	d := startLibvirtd(t)
+	d := startLibvirtd(t, l)
 	t.Cleanup(func() {
-		dom.destroy(t) // while libvirtd runs: cleanups run last-registered first
-		if err := d.stop(); err != nil {
+		if err := dom.Destroy(); err != nil { // while libvirtd runs: cleanups run last-registered first
+			t.Error(err)
+		}
+		if err := d.Stop(); err != nil {
 			t.Errorf("stop libvirtd: %v", err)
 		}
 	})
@@ -902,8 +904,10 @@ func TestLibvirtRestart(t *testing.T) {
 		t.Errorf("the domain's disk shows %v writes for the guest's %d over the three jobs", v, 3*n)
 	}
 
-	g.close()
-	dom.destroy(t)
+	g.Close()
+	if err := dom.Destroy(); err != nil {
+		t.Error(err)
+	}
 	if _, _, err := w.until(goneBound+2*time.Second, "the destroyed domain's disk to go", func(s scrape) bool {
 		return len(s.series("fspair_disk_info", disk)) == 0
 	}); err != nil {

@@ -72,24 +72,13 @@ type emptyReason struct {
 }
 
 var (
-	fleetSeries  = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
+	fleetSeries = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
 )
 
 // expectedEmpty is the short list of queries that cannot return data on
 // the demo's Prometheus after a few minutes, whatever the demo does; every
 // other query must.
 var expectedEmpty = []emptyReason{
-	{
-		summary: "libvirt exporter series (the VM disk dashboard's libvirt row and its libvirt_job, libvirt_instance " +
-			"variables): the lab's VMs are plain QEMU processes, not libvirt domains, so no libvirt exporter " +
-			"reports them (scripts/stack.sh starts one only when libvirtd answers)",
-		why: func(q Query, _ walkFacts) string {
-			if strings.Contains(q.Template, "libvirt_domain_block_stats_") {
-				return "the lab's VMs are not libvirt domains"
-			}
-			return ""
-		},
-	},
 	{
 		summary: "k6 series (the VM disk dashboard's load-test row): k6 writes them into Prometheus only during " +
 			"`make loadtest` (TestLoad, remote write); the demo runs no load test",

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,8 +52,8 @@ type request struct {
 // markers and drops everything else (output of a command whose caller gave
 // up carries another id and is skipped).
 type console struct {
-	w    *os.File      // QEMU's stdin: host -> guest
-	sem  chan struct{} // one command at a time
+	w    deadlineWriter // host -> guest: QEMU's stdin, or a domain's serial socket
+	sem  chan struct{}  // one command at a time
 	seq  uint64
 	salt string
 
@@ -67,7 +66,15 @@ type console struct {
 	readerOK chan struct{} // closed when the reader stops
 }
 
-func newConsole(w *os.File, r io.Reader) *console {
+// deadlineWriter is the host end of the channel: a pipe (*os.File) or a
+// UNIX socket (net.Conn); write deadlines keep a stuck guest from hanging
+// the caller.
+type deadlineWriter interface {
+	io.Writer
+	SetWriteDeadline(time.Time) error
+}
+
+func newConsole(w deadlineWriter, r io.Reader) *console {
 	salt := make([]byte, 4)
 	_, _ = rand.Read(salt)
 	c := &console{

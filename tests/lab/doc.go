@@ -13,6 +13,11 @@
 //     -device options, so the exporter sees the command-line syntax of a
 //     hand-started QEMU. The guest answers shell commands on its second
 //     serial port (VM.Run, VM.Fio); QMP gives block statistics and hot plug.
+//   - StartLibvirt makes sure libvirtd runs (starting virtlogd and libvirtd
+//     as children when none answers); Lab.CreateDomain boots the same kit
+//     as a transient libvirt domain, whose guest answers the same shell
+//     protocol on a UNIX socket (Domain.Guest), so the exporter sees the
+//     disks through libvirt.
 //   - Lab owns a work directory and everything made in it and tears it all
 //     down in Close, also when a test fails half way. cleanup.sh sweeps what
 //     a killed test run left behind.

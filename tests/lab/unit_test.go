@@ -337,3 +337,61 @@ func TestDiskConfigNormalize(t *testing.T) {
 		}
 	}
 }
+
+// TestDomainGuest runs lab-ctl.sh on the host behind a UNIX socket, as a
+// domain's second serial port serves it, and talks to it through a Guest:
+// the ready wait (no-op requests), output, exit status.
+func TestDomainGuest(t *testing.T) {
+	script, err := kitFiles.ReadFile("lab-ctl.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "lab-ctl.sh")
+	if err := os.WriteFile(path, script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &Domain{Name: "unit", Control: filepath.Join(dir, "control.sock"), Console: filepath.Join(dir, "console.log")}
+	ln, err := net.Listen("unix", d.Control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		f, err := c.(*net.UnixConn).File()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer f.Close()
+		cmd := exec.Command("busybox", "sh", path)
+		cmd.Stdin, cmd.Stdout = f, f
+		served <- cmd.Run()
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := d.Guest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := g.RunOK(ctx, "echo hello"); err != nil || out != "hello\n" {
+		t.Errorf("RunOK(echo hello) = %q, %v", out, err)
+	}
+	if _, err := g.RunOK(ctx, "exit 3"); err == nil || !strings.Contains(err.Error(), "exited 3") {
+		t.Errorf("RunOK(exit 3): %v, want an error naming status 3", err)
+	}
+	g.Close()
+	select {
+	case <-served:
+	case <-ctx.Done():
+		t.Fatal("lab-ctl.sh did not end when the host disconnected")
+	}
+}

@@ -367,11 +367,16 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(%v)\n", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return tailString(string(b), n) + "\n"
+}
+
+// tailString returns the last n lines of s.
+func tailString(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return strings.Join(lines, "\n") + "\n"
+	return strings.Join(lines, "\n")
 }
 
 // stage prints a progress line with the time since the guest was started.
@@ -401,13 +406,16 @@ func (vm *VM) Run(ctx context.Context, cmd string) (out string, exitCode int, er
 // error carrying the output.
 func (vm *VM) RunOK(ctx context.Context, cmd string) (string, error) {
 	out, rc, err := vm.Run(ctx, cmd)
-	if err != nil {
-		return out, err
+	return out, mustSucceed(vm.Name, cmd, out, rc, err)
+}
+
+// mustSucceed turns a non-zero exit status of cmd in guest into an error
+// carrying its output.
+func mustSucceed(guest, cmd, out string, rc int, err error) error {
+	if err == nil && rc != 0 {
+		err = fmt.Errorf("run in guest %s: %q exited %d: %s", guest, cmd, rc, strings.TrimSpace(out))
 	}
-	if rc != 0 {
-		return out, fmt.Errorf("run in guest %s: %q exited %d: %s", vm.Name, cmd, rc, strings.TrimSpace(out))
-	}
-	return out, nil
+	return err
 }
 
 // QMP runs a QMP command and returns its result.
