@@ -22,14 +22,25 @@ export const options = {
   summaryTrendStats: ['avg', 'min', 'med', 'p(95)', 'p(99)', 'max'],
 };
 
+// Every BODY_EVERY-th scrape of each virtual user reads the body and checks
+// it; the others read and discard it, so that k6 does not spend the CPU the
+// exporter shares with it inflating and searching every response (on a
+// 2-core host, reading every body cost k6 about 0.5 ms of CPU per scrape,
+// four times the exporter's own cost).
+const bodyEvery = Number(__ENV.BODY_EVERY || 10);
+
 export default function () {
+  const full = __ITER % bodyEvery === 0;
   const res = http.get(url, {
     headers: { 'Accept-Encoding': 'gzip', Accept: 'text/plain;version=0.0.4' },
     tags: { name: 'metrics' },
+    responseType: full ? 'text' : 'none',
   });
-  check(res, {
-    'status 200': (r) => r.status === 200,
-    // A scrape that lost the per-disk families is an error even if it is fast.
-    'has disk series': (r) => r.body.indexOf('fspair_disk_requests_total{') >= 0,
-  });
+  check(res, { 'status 200': (r) => r.status === 200 });
+  if (full) {
+    check(res, {
+      // A scrape that lost the per-disk families is an error even if it is fast.
+      'has disk series': (r) => r.body !== null && r.body.indexOf('fspair_disk_requests_total{') >= 0,
+    });
+  }
 }
