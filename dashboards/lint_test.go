@@ -119,13 +119,13 @@ var knownUnits = map[string]bool{
 }
 
 // The libvirt exporter's disk counters (prometheus-libvirt-exporter 0.2.0,
-// Debian 12: libvirt_domain_block_stats_<x>{domain, uuid, source_file,
-// target_device}), the only foreign series the dashboards read.
+// Debian 12, both stacks: libvirt_domain_block_stats_<x>{domain, uuid,
+// source_file, target_device}), the only foreign series the dashboards
+// read. That version exports reads and writes only: no flush counts and
+// no times (seen in the demo's Prometheus, 2026-11-21).
 var libvirtMetrics = map[string]bool{
 	"libvirt_domain_block_stats_read_bytes_total": true, "libvirt_domain_block_stats_read_requests_total": true,
-	"libvirt_domain_block_stats_read_seconds_total": true, "libvirt_domain_block_stats_write_bytes_total": true,
-	"libvirt_domain_block_stats_write_requests_total": true, "libvirt_domain_block_stats_write_seconds_total": true,
-	"libvirt_domain_block_stats_flush_requests_total": true, "libvirt_domain_block_stats_flush_seconds_total": true,
+	"libvirt_domain_block_stats_write_bytes_total": true, "libvirt_domain_block_stats_write_requests_total": true,
 }
 
 // k6's series, written into the same Prometheus by its remote-write output

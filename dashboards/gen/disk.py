@@ -734,18 +734,21 @@ def _layout() -> list[PanelBuilder]:
 
 
 def _libvirt() -> list[PanelBuilder]:
+    # The libvirt exporter of both stacks (Debian 12's prometheus-libvirt-exporter 0.2.0, deploy/libvirt-exporter)
+    # exports read and write requests and bytes per disk, no flush counts and no times: the row compares what it
+    # can.
     fspair = "(fspair, image file)"
     return [
         timeseries_panel(
             "Requests per second: guest (libvirt) and image file (fspair)",
-            "The same disk seen by the libvirt exporter (libvirt_domain_block_stats_*_requests_total: requests the guest "
-            "issued to the virtual disk) and by fspair (domain_disk:fspair_disk_requests:rate5m: requests QEMU issued on the "
-            "image file). The gap is what the VMM's own layers (qcow2 metadata, splitting, merging) add or remove.",
+            "The same disk seen by the libvirt exporter (libvirt_domain_block_stats_*_requests_total: reads and writes the "
+            "guest issued to the virtual disk) and by fspair (domain_disk:fspair_disk_requests:rate5m: requests QEMU issued "
+            "on the image file, flushes included). The gap is what the VMM's own layers (qcow2 metadata, splitting, "
+            "merging) add or remove.",
             "iops",
             [
                 Query(libvirt_rate("read_requests_total"), "reads (libvirt, guest)"),
                 Query(libvirt_rate("write_requests_total"), "writes (libvirt, guest)"),
-                Query(libvirt_rate("flush_requests_total"), "flushes (libvirt, guest)"),
                 Query(disk_rule("domain_disk:fspair_disk_requests:rate5m"), "{{op}}s " + fspair),
             ],
             width=8,
@@ -763,24 +766,21 @@ def _libvirt() -> list[PanelBuilder]:
             width=8,
         ),
         timeseries_panel(
-            "Mean latency: guest (libvirt) and image file (fspair)",
-            "Mean request latency as QEMU accounts it for the virtual disk (libvirt_domain_block_stats_*_seconds_total per "
-            'request) next to fspair\'s image-file stage (domain_disk:fspair_disk_stage_seconds:mean5m{stage="file"}).',
-            "s",
+            "Mean request size: guest (libvirt) and image file (fspair)",
+            "Bytes per request the guest issued to the virtual disk (libvirt exporter: *_bytes_total per *_requests_total) "
+            "next to the mean request QEMU issued on the image file (domain_disk:fspair_disk_request_size_bytes:mean5m): "
+            "smaller on the image file when the VMM splits requests (qcow2 clusters), larger when it merges them.",
+            "bytes",
             [
                 Query(
-                    f"{libvirt_rate('read_seconds_total')}\n/\n({libvirt_rate('read_requests_total')} > 0)",
+                    f"{libvirt_rate('read_bytes_total')}\n/\n({libvirt_rate('read_requests_total')} > 0)",
                     "reads (libvirt, guest)",
                 ),
                 Query(
-                    f"{libvirt_rate('write_seconds_total')}\n/\n({libvirt_rate('write_requests_total')} > 0)",
+                    f"{libvirt_rate('write_bytes_total')}\n/\n({libvirt_rate('write_requests_total')} > 0)",
                     "writes (libvirt, guest)",
                 ),
-                Query(
-                    f"{libvirt_rate('flush_seconds_total')}\n/\n({libvirt_rate('flush_requests_total')} > 0)",
-                    "flushes (libvirt, guest)",
-                ),
-                Query(disk_rule("domain_disk:fspair_disk_stage_seconds:mean5m", 'stage="file"'), "{{op}}s " + fspair),
+                Query(disk_rule("domain_disk:fspair_disk_request_size_bytes:mean5m"), "{{op}}s " + fspair),
             ],
             width=8,
         ),
