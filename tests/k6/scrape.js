@@ -3,7 +3,7 @@
 //
 //   k6 run -e FSPAIR_URL=http://127.0.0.1:9477/metrics tests/k6/scrape.js
 //
-// VUS and DURATION override the load; the thresholds are the targets and make
+// VUS, DURATION and BODY_EVERY (below) override the load; the thresholds are the targets and make
 // k6 exit non-zero when missed.
 import http from 'k6/http';
 import { check } from 'k6';
