@@ -55,7 +55,11 @@ start_exporter() { # config file
 	run_exporter --no-discovery.libvirt --no-discovery.proc --discovery.config.file="$1"
 }
 run_exporter() { # discovery flags
-	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks=2048 --log.level=warn "$@" 9>&- &
+	# Each timed scrape reads the counters afresh: no reuse of the last
+	# reading (--web.reuse, which an older BIN may not have).
+	local reuse=()
+	"$BIN" --help 2>&1 | grep -q -- '--web.reuse' && reuse=(--web.reuse=0)
+	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks=2048 --log.level=warn "${reuse[@]}" "$@" 9>&- &
 	exporter=$!
 	pids+=("$exporter")
 	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
