@@ -94,7 +94,7 @@ validate:
 	flock /var/tmp/fspair-lab.lock $(GO) test -tags validate -count=1 -v -timeout 4h ./tests/validate/ -run 'TestValidateFull$$'
 
 # The pair lab (tests/kdb): the knowledge base's best/worst pairs re-derived on
-# this machine, 9 guest/host pairs x 4 workloads x 3 repeats (about 3.5 hours);
+# this machine, 9 guest/host pairs x 4 workloads x 3 repeats (about 3 hours);
 # KDB_SIZE=quick is the CI matrix (about 8 minutes). It writes a site file for
 # rules/gen and a report, takes the lab lock pair by pair itself, and resumes
 # after an interruption. More flags in KDB_FLAGS, e.g. -out docs/kdb, or on a

@@ -17,7 +17,7 @@
 // matrix resumes where it stopped.
 //
 //	go run ./tests/kdb -size quick     # CI: 2 pairs x 2 workloads x 2 repeats, about 8 minutes
-//	go run ./tests/kdb -size full      # 9 pairs x 4 workloads x 3 repeats, about 3.5 hours
+//	go run ./tests/kdb -size full      # 9 pairs x 4 workloads x 3 repeats, about 3 hours
 //	go run ./tests/kdb -report-only -state DIR -out DIR   # render again, no guests
 //
 // It needs root and the lab's packages (tests/lab/README.md) to boot
