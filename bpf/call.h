@@ -27,7 +27,8 @@ struct inflight {
 	u32 slot;
 	u8 op;
 	u8 format; /* qcow2 metadata, counted apart from guest data */
-	u8 pad[2];
+	u8 shadow; /* counted by another program (io_uring's): only marks the thread */
+	u8 timed;  /* start_ns is the submission time: the completion has a latency */
 	u32 tgid; /* linux-aio: the submitting process */
 	u32 dev;  /* flushes: the image file system's dev_t, for its flush window */
 };
@@ -35,6 +36,7 @@ struct inflight {
 /* Bits of io_task.cause: what the host did for the thread's synchronous call. */
 #define CAUSE_DIRECT 1      /* the call went through iomap direct I/O */
 #define CAUSE_DEVICE_READ 2 /* the call queued a read on the host device */
+#define CAUSE_RETRY 4       /* the file system retries the call's direct I/O (tracepoint mode) */
 
 /*
  * The value of io_tasks, one per VMM thread that touched an image: its
@@ -45,6 +47,7 @@ struct inflight {
  */
 struct io_task {
 	struct inflight call;
+	u64 key;       /* what the call is on: its kiocb (read/write) or file (flush, fallocate) */
 	u64 inode;     /* the call's image inode (kernel address) */
 	u32 dirtied;   /* bytes of host page cache the call turned dirty (saturating) */
 	u32 dio_owner; /* disk slot + 1 of the image in direct I/O, 0 = none */

@@ -154,6 +154,8 @@ struct files_struct {
 };
 
 struct task_struct {
+	unsigned int flags;
+	int tgid;
 	struct files_struct *files;
 };
 
@@ -167,6 +169,23 @@ struct kiocb {
 struct iov_iter {
 	bool data_source;
 	unsigned long count;
+};
+
+/* fs/iomap/direct-io.c: a direct request in progress. */
+struct iomap_dio {
+	struct kiocb *iocb;
+};
+
+/* kernel/bpf/task_iter.c: the context of a task_file iterator program. */
+struct bpf_iter_meta {
+	void *seq;
+};
+
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	__u32 fd;
+	struct file *file;
 };
 
 /* io_uring/io_uring.h: the submission queue entry as the kernel keeps it. */

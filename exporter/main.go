@@ -63,6 +63,12 @@ func run() int {
 		configFile   = app.Flag("discovery.config.file", "Static disk list (YAML) for other VMMs and tests.").Default("").String()
 		maxDisks     = app.Flag("bpf.max-disks", "The most VM disks followed at once (sizes the BPF maps).").Default("1024").Int()
 		denyPrograms = app.Flag("probe.deny", "Do not load this BPF program (repeatable); for degraded operation and tests.").Strings()
+		probeMode    = app.Flag("probe.mode", "How the BPF programs attach: fentry (trampolines on the host file systems' functions: the production path, kernels 5.5+ on x86-64), "+
+			"tracepoint (file-system, iomap and io_uring tracepoints only: for kernels without trampolines; cannot see buffered I/O on ext4 and Btrfs), "+
+			"syscall (system call tracepoints: sees everything, but slows every system call of every process on the host), "+
+			"or auto (fentry where the kernel has trampolines, else tracepoint).").Default("auto").Enum("auto", "fentry", "tracepoint", "syscall")
+		probeStats = app.Flag("probe.stats", "Turn on the kernel's per-program BPF run-time statistics (kernel.bpf_stats_enabled) while the exporter runs, "+
+			"for fspair_probe_run_seconds_total; they add two clock reads to every run of every BPF program on the host, so they are off by default.").Bool()
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
 		dropPriv     = app.Flag("privilege.drop", "Once the probes are attached, drop every capability but those reading images and /proc needs (--no-privilege.drop keeps them all, for debugging).").Default("true").Bool()
 		webConfig    = kingpinflag.AddFlags(app, ":9477")
@@ -152,11 +158,17 @@ func run() int {
 	if err := ensureTracefs(); err != nil {
 		logger.Warn("tracefs", "err", err)
 	}
-	probes, err := probe.Load(probe.Options{MaxDisks: *maxDisks, Deny: *denyPrograms, Logger: logger})
+	probes, err := probe.Load(probe.Options{MaxDisks: *maxDisks, Deny: *denyPrograms, Mode: probe.Mode(*probeMode),
+		Stats: *probeStats, Logger: logger})
+	if errors.Is(err, probe.ErrNoTrampolines) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v (fspair_exporter needs root or %s, and a kernel with BTF)\n", name, err, privilege.Attach)
 		return 1
 	}
+	running, _ := probes.Mode()
 	defer probes.Close()
 	if *dropPriv {
 		kept, err := dropPrivileges(probes, keep, logger)
@@ -223,7 +235,7 @@ func run() int {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- web.ServeMultiple(listeners, srv, webConfig, logger) }()
-	logger.Info("started", "version", version.Info(), "programs_attached", attached(probes), "disks", len(inv.Disks()))
+	logger.Info("started", "version", version.Info(), "probe_mode", running, "programs_attached", attached(probes), "disks", len(inv.Disks()))
 	select {
 	case err := <-errc:
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -253,7 +265,9 @@ func attached(p *probe.Probes) int {
 func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) int {
 	ok := true
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PROGRAM\tATTACHED\tERROR")
+	running, requested := probes.Mode()
+	fmt.Printf("probe mode: %s (asked for: %s)\n\n", running, requested)
+	fmt.Fprintln(w, "PROGRAM\tHOOK\tATTACHED\tERROR")
 	for _, pr := range probes.Programs() {
 		msg := ""
 		if pr.Err != nil {
@@ -262,7 +276,7 @@ func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) 
 				ok = false
 			}
 		}
-		fmt.Fprintf(w, "%s\t%v\t%s\n", pr.Name, pr.Attached, msg)
+		fmt.Fprintf(w, "%s\t%s\t%v\t%s\n", pr.Name, pr.Hook, pr.Attached, msg)
 	}
 	w.Flush()
 	if err := inv.Refresh(ctx); err != nil {

@@ -23,6 +23,7 @@
 #   FSPAIR_STACK_LIBVIRT_SOCKET    /var/run/libvirt/libvirt-sock-ro
 #   FSPAIR_EXPORTER_BIN            bin/fspair_exporter (make build)
 #   FSPAIR_EXPORTER_ARGS           extra flags for fspair_exporter
+#   FSPAIR_STACK_PROBE_MODE        auto (fspair_exporter --probe.mode)
 #   FSPAIR_STACK_RULES             the rule files' directory, default rules/ (make
 #                                  demo: rules generated with an example site
 #                                  knowledge base)
@@ -309,6 +310,7 @@ start() {
 	# shellcheck disable=SC2086 # FSPAIR_EXPORTER_ARGS is a list of flags
 	launch fspair-exporter "$exporter_bin" \
 		--web.listen-address="$exporter_addr" \
+		--probe.mode="${FSPAIR_STACK_PROBE_MODE:-auto}" \
 		--discovery.libvirt.socket="$libvirt_socket" \
 		"${exporter_libvirt[@]}" ${FSPAIR_EXPORTER_ARGS:-}
 

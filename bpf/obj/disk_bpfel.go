@@ -82,7 +82,8 @@ type DiskInflight struct {
 	Slot    uint32
 	Op      uint8
 	Format  uint8
-	Pad     [2]uint8
+	Shadow  uint8
+	Timed   uint8
 	Tgid    uint32
 	Dev     uint32
 }
@@ -90,6 +91,7 @@ type DiskInflight struct {
 type DiskIoTask struct {
 	_        structs.HostLayout
 	Call     DiskInflight
+	Key      uint64
 	Inode    uint64
 	Dirtied  uint32
 	DioOwner uint32
@@ -97,11 +99,10 @@ type DiskIoTask struct {
 	Pad      [7]uint8
 }
 
-type DiskRegistrationReq struct {
-	_       structs.HostLayout
-	Inode   uint64
-	Pending uint32
-	Pad     uint32
+type DiskRegistration struct {
+	_     structs.HostLayout
+	Inode uint64
+	Sb    uint64
 }
 
 type DiskSeekState struct {
@@ -118,50 +119,88 @@ type DiskSeekState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DiskMapAioCalls        = "aio_calls"
-	DiskMapAioPending      = "aio_pending"
-	DiskMapDiskByInode     = "disk_by_inode"
-	DiskMapDiskConfig      = "disk_config"
-	DiskMapDiskSeek        = "disk_seek"
-	DiskMapDiskStats       = "disk_stats"
-	DiskMapEventsDropped   = "events_dropped"
-	DiskMapFlushWindows    = "flush_windows"
-	DiskMapFormatClusters  = "format_clusters"
-	DiskMapInflightAio     = "inflight_aio"
-	DiskMapInflightUring   = "inflight_uring"
-	DiskMapIoTasks         = "io_tasks"
-	DiskMapRegistration    = "registration"
-	DiskMapVmmTgids        = "vmm_tgids"
-	DiskProgFallocateEnter = "fallocate_enter"
-	DiskProgFallocateExit  = "fallocate_exit"
-	DiskProgFdatasyncEnter = "fdatasync_enter"
-	DiskProgFdatasyncExit  = "fdatasync_exit"
-	DiskProgFsyncEnter     = "fsync_enter"
-	DiskProgFsyncExit      = "fsync_exit"
-	DiskProgIoSubmitEnter  = "io_submit_enter"
-	DiskProgIoSubmitExit   = "io_submit_exit"
-	DiskProgIoUringDone    = "io_uring_done"
-	DiskProgIoUringPunt    = "io_uring_punt"
-	DiskProgIoUringSubmit  = "io_uring_submit"
-	DiskProgIomapDioBegin  = "iomap_dio_begin"
-	DiskProgIomapDioDone   = "iomap_dio_done"
-	DiskProgIomapDioQueued = "iomap_dio_queued"
-	DiskProgPread64Enter   = "pread64_enter"
-	DiskProgPread64Exit    = "pread64_exit"
-	DiskProgPreadv2Enter   = "preadv2_enter"
-	DiskProgPreadv2Exit    = "preadv2_exit"
-	DiskProgPreadvEnter    = "preadv_enter"
-	DiskProgPreadvExit     = "preadv_exit"
-	DiskProgPwrite64Enter  = "pwrite64_enter"
-	DiskProgPwrite64Exit   = "pwrite64_exit"
-	DiskProgPwritev2Enter  = "pwritev2_enter"
-	DiskProgPwritev2Exit   = "pwritev2_exit"
-	DiskProgPwritevEnter   = "pwritev_enter"
-	DiskProgPwritevExit    = "pwritev_exit"
-	DiskProgRegisterImage  = "register_image"
-	DiskVarAioInDirectIo   = "aio_in_direct_io"
-	DiskVarSelfTgid        = "self_tgid"
-	DiskVarTrackAllTasks   = "track_all_tasks"
+	DiskMapAioCalls              = "aio_calls"
+	DiskMapAioPending            = "aio_pending"
+	DiskMapDiskByInode           = "disk_by_inode"
+	DiskMapDiskConfig            = "disk_config"
+	DiskMapDiskSeek              = "disk_seek"
+	DiskMapDiskStats             = "disk_stats"
+	DiskMapEventsDropped         = "events_dropped"
+	DiskMapFlushWindows          = "flush_windows"
+	DiskMapFormatClusters        = "format_clusters"
+	DiskMapInflightAio           = "inflight_aio"
+	DiskMapInflightUring         = "inflight_uring"
+	DiskMapIoTasks               = "io_tasks"
+	DiskMapRegistrations         = "registrations"
+	DiskMapVmmTgids              = "vmm_tgids"
+	DiskProgBtrfsReadEnter       = "btrfs_read_enter"
+	DiskProgBtrfsReadExit        = "btrfs_read_exit"
+	DiskProgBtrfsSync            = "btrfs_sync"
+	DiskProgBtrfsWriteEnter      = "btrfs_write_enter"
+	DiskProgBtrfsWriteExit       = "btrfs_write_exit"
+	DiskProgDioComplete          = "dio_complete"
+	DiskProgDioCompleteExit      = "dio_complete_exit"
+	DiskProgDioRwBegin           = "dio_rw_begin"
+	DiskProgExt4Allocate         = "ext4_allocate"
+	DiskProgExt4Discard          = "ext4_discard"
+	DiskProgExt4ReadEnter        = "ext4_read_enter"
+	DiskProgExt4ReadExit         = "ext4_read_exit"
+	DiskProgExt4SyncEnter        = "ext4_sync_enter"
+	DiskProgExt4SyncExit         = "ext4_sync_exit"
+	DiskProgExt4WriteEnter       = "ext4_write_enter"
+	DiskProgExt4WriteExit        = "ext4_write_exit"
+	DiskProgExt4WriteZeroes      = "ext4_write_zeroes"
+	DiskProgFallocateEnter       = "fallocate_enter"
+	DiskProgFallocateExit        = "fallocate_exit"
+	DiskProgFdatasyncEnter       = "fdatasync_enter"
+	DiskProgFdatasyncExit        = "fdatasync_exit"
+	DiskProgFsyncEnter           = "fsync_enter"
+	DiskProgFsyncExit            = "fsync_exit"
+	DiskProgIoSubmitEnter        = "io_submit_enter"
+	DiskProgIoSubmitExit         = "io_submit_exit"
+	DiskProgIoUringDone          = "io_uring_done"
+	DiskProgIoUringPunt          = "io_uring_punt"
+	DiskProgIoUringSubmit        = "io_uring_submit"
+	DiskProgIoUringSubmitSqe     = "io_uring_submit_sqe"
+	DiskProgIomapDioBegin        = "iomap_dio_begin"
+	DiskProgIomapDioDone         = "iomap_dio_done"
+	DiskProgIomapDioQueued       = "iomap_dio_queued"
+	DiskProgPread64Enter         = "pread64_enter"
+	DiskProgPread64Exit          = "pread64_exit"
+	DiskProgPreadv2Enter         = "preadv2_enter"
+	DiskProgPreadv2Exit          = "preadv2_exit"
+	DiskProgPreadvEnter          = "preadv_enter"
+	DiskProgPreadvExit           = "preadv_exit"
+	DiskProgPwrite64Enter        = "pwrite64_enter"
+	DiskProgPwrite64Exit         = "pwrite64_exit"
+	DiskProgPwritev2Enter        = "pwritev2_enter"
+	DiskProgPwritev2Exit         = "pwritev2_exit"
+	DiskProgPwritevEnter         = "pwritev_enter"
+	DiskProgPwritevExit          = "pwritev_exit"
+	DiskProgRegisterImage        = "register_image"
+	DiskProgVfsFallocateEnter    = "vfs_fallocate_enter"
+	DiskProgVfsFallocateExit     = "vfs_fallocate_exit"
+	DiskProgVfsFsyncEnter        = "vfs_fsync_enter"
+	DiskProgVfsFsyncExit         = "vfs_fsync_exit"
+	DiskProgXfsBufferedRead      = "xfs_buffered_read"
+	DiskProgXfsBufferedWrite     = "xfs_buffered_write"
+	DiskProgXfsFsync             = "xfs_fsync"
+	DiskProgXfsReadEnter         = "xfs_read_enter"
+	DiskProgXfsReadExit          = "xfs_read_exit"
+	DiskProgXfsWriteEnter        = "xfs_write_enter"
+	DiskProgXfsWriteExit         = "xfs_write_exit"
+	DiskVarAioCompleteFn         = "aio_complete_fn"
+	DiskVarAioInDirectIo         = "aio_in_direct_io"
+	DiskVarExcludedTgid          = "excluded_tgid"
+	DiskVarIoUringCompleteFn     = "io_uring_complete_fn"
+	DiskVarIoUringCompleteHasCqe = "io_uring_complete_has_cqe"
+	DiskVarIoUringIopollFn       = "io_uring_iopoll_fn"
+	DiskVarIocbDsync             = "iocb_dsync"
+	DiskVarIocbNowait            = "iocb_nowait"
+	DiskVarSelfTgid              = "self_tgid"
+	DiskVarTrackAllTasks         = "track_all_tasks"
+	DiskVarTrackedSbCount        = "tracked_sb_count"
+	DiskVarTrackedSbs            = "tracked_sbs"
 )
 
 // LoadDisk returns the embedded CollectionSpec for Disk.
@@ -206,33 +245,62 @@ type DiskSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskProgramSpecs struct {
-	FallocateEnter *ebpf.ProgramSpec `ebpf:"fallocate_enter"`
-	FallocateExit  *ebpf.ProgramSpec `ebpf:"fallocate_exit"`
-	FdatasyncEnter *ebpf.ProgramSpec `ebpf:"fdatasync_enter"`
-	FdatasyncExit  *ebpf.ProgramSpec `ebpf:"fdatasync_exit"`
-	FsyncEnter     *ebpf.ProgramSpec `ebpf:"fsync_enter"`
-	FsyncExit      *ebpf.ProgramSpec `ebpf:"fsync_exit"`
-	IoSubmitEnter  *ebpf.ProgramSpec `ebpf:"io_submit_enter"`
-	IoSubmitExit   *ebpf.ProgramSpec `ebpf:"io_submit_exit"`
-	IoUringDone    *ebpf.ProgramSpec `ebpf:"io_uring_done"`
-	IoUringPunt    *ebpf.ProgramSpec `ebpf:"io_uring_punt"`
-	IoUringSubmit  *ebpf.ProgramSpec `ebpf:"io_uring_submit"`
-	IomapDioBegin  *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
-	IomapDioDone   *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
-	IomapDioQueued *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
-	Pread64Enter   *ebpf.ProgramSpec `ebpf:"pread64_enter"`
-	Pread64Exit    *ebpf.ProgramSpec `ebpf:"pread64_exit"`
-	Preadv2Enter   *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
-	Preadv2Exit    *ebpf.ProgramSpec `ebpf:"preadv2_exit"`
-	PreadvEnter    *ebpf.ProgramSpec `ebpf:"preadv_enter"`
-	PreadvExit     *ebpf.ProgramSpec `ebpf:"preadv_exit"`
-	Pwrite64Enter  *ebpf.ProgramSpec `ebpf:"pwrite64_enter"`
-	Pwrite64Exit   *ebpf.ProgramSpec `ebpf:"pwrite64_exit"`
-	Pwritev2Enter  *ebpf.ProgramSpec `ebpf:"pwritev2_enter"`
-	Pwritev2Exit   *ebpf.ProgramSpec `ebpf:"pwritev2_exit"`
-	PwritevEnter   *ebpf.ProgramSpec `ebpf:"pwritev_enter"`
-	PwritevExit    *ebpf.ProgramSpec `ebpf:"pwritev_exit"`
-	RegisterImage  *ebpf.ProgramSpec `ebpf:"register_image"`
+	BtrfsReadEnter    *ebpf.ProgramSpec `ebpf:"btrfs_read_enter"`
+	BtrfsReadExit     *ebpf.ProgramSpec `ebpf:"btrfs_read_exit"`
+	BtrfsSync         *ebpf.ProgramSpec `ebpf:"btrfs_sync"`
+	BtrfsWriteEnter   *ebpf.ProgramSpec `ebpf:"btrfs_write_enter"`
+	BtrfsWriteExit    *ebpf.ProgramSpec `ebpf:"btrfs_write_exit"`
+	DioComplete       *ebpf.ProgramSpec `ebpf:"dio_complete"`
+	DioCompleteExit   *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
+	DioRwBegin        *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
+	Ext4Allocate      *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
+	Ext4Discard       *ebpf.ProgramSpec `ebpf:"ext4_discard"`
+	Ext4ReadEnter     *ebpf.ProgramSpec `ebpf:"ext4_read_enter"`
+	Ext4ReadExit      *ebpf.ProgramSpec `ebpf:"ext4_read_exit"`
+	Ext4SyncEnter     *ebpf.ProgramSpec `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit      *ebpf.ProgramSpec `ebpf:"ext4_sync_exit"`
+	Ext4WriteEnter    *ebpf.ProgramSpec `ebpf:"ext4_write_enter"`
+	Ext4WriteExit     *ebpf.ProgramSpec `ebpf:"ext4_write_exit"`
+	Ext4WriteZeroes   *ebpf.ProgramSpec `ebpf:"ext4_write_zeroes"`
+	FallocateEnter    *ebpf.ProgramSpec `ebpf:"fallocate_enter"`
+	FallocateExit     *ebpf.ProgramSpec `ebpf:"fallocate_exit"`
+	FdatasyncEnter    *ebpf.ProgramSpec `ebpf:"fdatasync_enter"`
+	FdatasyncExit     *ebpf.ProgramSpec `ebpf:"fdatasync_exit"`
+	FsyncEnter        *ebpf.ProgramSpec `ebpf:"fsync_enter"`
+	FsyncExit         *ebpf.ProgramSpec `ebpf:"fsync_exit"`
+	IoSubmitEnter     *ebpf.ProgramSpec `ebpf:"io_submit_enter"`
+	IoSubmitExit      *ebpf.ProgramSpec `ebpf:"io_submit_exit"`
+	IoUringDone       *ebpf.ProgramSpec `ebpf:"io_uring_done"`
+	IoUringPunt       *ebpf.ProgramSpec `ebpf:"io_uring_punt"`
+	IoUringSubmit     *ebpf.ProgramSpec `ebpf:"io_uring_submit"`
+	IoUringSubmitSqe  *ebpf.ProgramSpec `ebpf:"io_uring_submit_sqe"`
+	IomapDioBegin     *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
+	IomapDioDone      *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
+	IomapDioQueued    *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
+	Pread64Enter      *ebpf.ProgramSpec `ebpf:"pread64_enter"`
+	Pread64Exit       *ebpf.ProgramSpec `ebpf:"pread64_exit"`
+	Preadv2Enter      *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
+	Preadv2Exit       *ebpf.ProgramSpec `ebpf:"preadv2_exit"`
+	PreadvEnter       *ebpf.ProgramSpec `ebpf:"preadv_enter"`
+	PreadvExit        *ebpf.ProgramSpec `ebpf:"preadv_exit"`
+	Pwrite64Enter     *ebpf.ProgramSpec `ebpf:"pwrite64_enter"`
+	Pwrite64Exit      *ebpf.ProgramSpec `ebpf:"pwrite64_exit"`
+	Pwritev2Enter     *ebpf.ProgramSpec `ebpf:"pwritev2_enter"`
+	Pwritev2Exit      *ebpf.ProgramSpec `ebpf:"pwritev2_exit"`
+	PwritevEnter      *ebpf.ProgramSpec `ebpf:"pwritev_enter"`
+	PwritevExit       *ebpf.ProgramSpec `ebpf:"pwritev_exit"`
+	RegisterImage     *ebpf.ProgramSpec `ebpf:"register_image"`
+	VfsFallocateEnter *ebpf.ProgramSpec `ebpf:"vfs_fallocate_enter"`
+	VfsFallocateExit  *ebpf.ProgramSpec `ebpf:"vfs_fallocate_exit"`
+	VfsFsyncEnter     *ebpf.ProgramSpec `ebpf:"vfs_fsync_enter"`
+	VfsFsyncExit      *ebpf.ProgramSpec `ebpf:"vfs_fsync_exit"`
+	XfsBufferedRead   *ebpf.ProgramSpec `ebpf:"xfs_buffered_read"`
+	XfsBufferedWrite  *ebpf.ProgramSpec `ebpf:"xfs_buffered_write"`
+	XfsFsync          *ebpf.ProgramSpec `ebpf:"xfs_fsync"`
+	XfsReadEnter      *ebpf.ProgramSpec `ebpf:"xfs_read_enter"`
+	XfsReadExit       *ebpf.ProgramSpec `ebpf:"xfs_read_exit"`
+	XfsWriteEnter     *ebpf.ProgramSpec `ebpf:"xfs_write_enter"`
+	XfsWriteExit      *ebpf.ProgramSpec `ebpf:"xfs_write_exit"`
 }
 
 // DiskMapSpecs contains maps before they are loaded into the kernel.
@@ -251,7 +319,7 @@ type DiskMapSpecs struct {
 	InflightAio    *ebpf.MapSpec `ebpf:"inflight_aio"`
 	InflightUring  *ebpf.MapSpec `ebpf:"inflight_uring"`
 	IoTasks        *ebpf.MapSpec `ebpf:"io_tasks"`
-	Registration   *ebpf.MapSpec `ebpf:"registration"`
+	Registrations  *ebpf.MapSpec `ebpf:"registrations"`
 	VmmTgids       *ebpf.MapSpec `ebpf:"vmm_tgids"`
 }
 
@@ -259,9 +327,18 @@ type DiskMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskVariableSpecs struct {
-	AioInDirectIo *ebpf.VariableSpec `ebpf:"aio_in_direct_io"`
-	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
-	TrackAllTasks *ebpf.VariableSpec `ebpf:"track_all_tasks"`
+	AioCompleteFn         *ebpf.VariableSpec `ebpf:"aio_complete_fn"`
+	AioInDirectIo         *ebpf.VariableSpec `ebpf:"aio_in_direct_io"`
+	ExcludedTgid          *ebpf.VariableSpec `ebpf:"excluded_tgid"`
+	IoUringCompleteFn     *ebpf.VariableSpec `ebpf:"io_uring_complete_fn"`
+	IoUringCompleteHasCqe *ebpf.VariableSpec `ebpf:"io_uring_complete_has_cqe"`
+	IoUringIopollFn       *ebpf.VariableSpec `ebpf:"io_uring_iopoll_fn"`
+	IocbDsync             *ebpf.VariableSpec `ebpf:"iocb_dsync"`
+	IocbNowait            *ebpf.VariableSpec `ebpf:"iocb_nowait"`
+	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TrackAllTasks         *ebpf.VariableSpec `ebpf:"track_all_tasks"`
+	TrackedSbCount        *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
+	TrackedSbs            *ebpf.VariableSpec `ebpf:"tracked_sbs"`
 }
 
 // DiskObjects contains all objects after they have been loaded into the kernel.
@@ -296,7 +373,7 @@ type DiskMaps struct {
 	InflightAio    *ebpf.Map `ebpf:"inflight_aio"`
 	InflightUring  *ebpf.Map `ebpf:"inflight_uring"`
 	IoTasks        *ebpf.Map `ebpf:"io_tasks"`
-	Registration   *ebpf.Map `ebpf:"registration"`
+	Registrations  *ebpf.Map `ebpf:"registrations"`
 	VmmTgids       *ebpf.Map `ebpf:"vmm_tgids"`
 }
 
@@ -314,7 +391,7 @@ func (m *DiskMaps) Close() error {
 		m.InflightAio,
 		m.InflightUring,
 		m.IoTasks,
-		m.Registration,
+		m.Registrations,
 		m.VmmTgids,
 	)
 }
@@ -323,46 +400,101 @@ func (m *DiskMaps) Close() error {
 //
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskVariables struct {
-	AioInDirectIo *ebpf.Variable `ebpf:"aio_in_direct_io"`
-	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
-	TrackAllTasks *ebpf.Variable `ebpf:"track_all_tasks"`
+	AioCompleteFn         *ebpf.Variable `ebpf:"aio_complete_fn"`
+	AioInDirectIo         *ebpf.Variable `ebpf:"aio_in_direct_io"`
+	ExcludedTgid          *ebpf.Variable `ebpf:"excluded_tgid"`
+	IoUringCompleteFn     *ebpf.Variable `ebpf:"io_uring_complete_fn"`
+	IoUringCompleteHasCqe *ebpf.Variable `ebpf:"io_uring_complete_has_cqe"`
+	IoUringIopollFn       *ebpf.Variable `ebpf:"io_uring_iopoll_fn"`
+	IocbDsync             *ebpf.Variable `ebpf:"iocb_dsync"`
+	IocbNowait            *ebpf.Variable `ebpf:"iocb_nowait"`
+	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
+	TrackAllTasks         *ebpf.Variable `ebpf:"track_all_tasks"`
+	TrackedSbCount        *ebpf.Variable `ebpf:"tracked_sb_count"`
+	TrackedSbs            *ebpf.Variable `ebpf:"tracked_sbs"`
 }
 
 // DiskPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskPrograms struct {
-	FallocateEnter *ebpf.Program `ebpf:"fallocate_enter"`
-	FallocateExit  *ebpf.Program `ebpf:"fallocate_exit"`
-	FdatasyncEnter *ebpf.Program `ebpf:"fdatasync_enter"`
-	FdatasyncExit  *ebpf.Program `ebpf:"fdatasync_exit"`
-	FsyncEnter     *ebpf.Program `ebpf:"fsync_enter"`
-	FsyncExit      *ebpf.Program `ebpf:"fsync_exit"`
-	IoSubmitEnter  *ebpf.Program `ebpf:"io_submit_enter"`
-	IoSubmitExit   *ebpf.Program `ebpf:"io_submit_exit"`
-	IoUringDone    *ebpf.Program `ebpf:"io_uring_done"`
-	IoUringPunt    *ebpf.Program `ebpf:"io_uring_punt"`
-	IoUringSubmit  *ebpf.Program `ebpf:"io_uring_submit"`
-	IomapDioBegin  *ebpf.Program `ebpf:"iomap_dio_begin"`
-	IomapDioDone   *ebpf.Program `ebpf:"iomap_dio_done"`
-	IomapDioQueued *ebpf.Program `ebpf:"iomap_dio_queued"`
-	Pread64Enter   *ebpf.Program `ebpf:"pread64_enter"`
-	Pread64Exit    *ebpf.Program `ebpf:"pread64_exit"`
-	Preadv2Enter   *ebpf.Program `ebpf:"preadv2_enter"`
-	Preadv2Exit    *ebpf.Program `ebpf:"preadv2_exit"`
-	PreadvEnter    *ebpf.Program `ebpf:"preadv_enter"`
-	PreadvExit     *ebpf.Program `ebpf:"preadv_exit"`
-	Pwrite64Enter  *ebpf.Program `ebpf:"pwrite64_enter"`
-	Pwrite64Exit   *ebpf.Program `ebpf:"pwrite64_exit"`
-	Pwritev2Enter  *ebpf.Program `ebpf:"pwritev2_enter"`
-	Pwritev2Exit   *ebpf.Program `ebpf:"pwritev2_exit"`
-	PwritevEnter   *ebpf.Program `ebpf:"pwritev_enter"`
-	PwritevExit    *ebpf.Program `ebpf:"pwritev_exit"`
-	RegisterImage  *ebpf.Program `ebpf:"register_image"`
+	BtrfsReadEnter    *ebpf.Program `ebpf:"btrfs_read_enter"`
+	BtrfsReadExit     *ebpf.Program `ebpf:"btrfs_read_exit"`
+	BtrfsSync         *ebpf.Program `ebpf:"btrfs_sync"`
+	BtrfsWriteEnter   *ebpf.Program `ebpf:"btrfs_write_enter"`
+	BtrfsWriteExit    *ebpf.Program `ebpf:"btrfs_write_exit"`
+	DioComplete       *ebpf.Program `ebpf:"dio_complete"`
+	DioCompleteExit   *ebpf.Program `ebpf:"dio_complete_exit"`
+	DioRwBegin        *ebpf.Program `ebpf:"dio_rw_begin"`
+	Ext4Allocate      *ebpf.Program `ebpf:"ext4_allocate"`
+	Ext4Discard       *ebpf.Program `ebpf:"ext4_discard"`
+	Ext4ReadEnter     *ebpf.Program `ebpf:"ext4_read_enter"`
+	Ext4ReadExit      *ebpf.Program `ebpf:"ext4_read_exit"`
+	Ext4SyncEnter     *ebpf.Program `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit      *ebpf.Program `ebpf:"ext4_sync_exit"`
+	Ext4WriteEnter    *ebpf.Program `ebpf:"ext4_write_enter"`
+	Ext4WriteExit     *ebpf.Program `ebpf:"ext4_write_exit"`
+	Ext4WriteZeroes   *ebpf.Program `ebpf:"ext4_write_zeroes"`
+	FallocateEnter    *ebpf.Program `ebpf:"fallocate_enter"`
+	FallocateExit     *ebpf.Program `ebpf:"fallocate_exit"`
+	FdatasyncEnter    *ebpf.Program `ebpf:"fdatasync_enter"`
+	FdatasyncExit     *ebpf.Program `ebpf:"fdatasync_exit"`
+	FsyncEnter        *ebpf.Program `ebpf:"fsync_enter"`
+	FsyncExit         *ebpf.Program `ebpf:"fsync_exit"`
+	IoSubmitEnter     *ebpf.Program `ebpf:"io_submit_enter"`
+	IoSubmitExit      *ebpf.Program `ebpf:"io_submit_exit"`
+	IoUringDone       *ebpf.Program `ebpf:"io_uring_done"`
+	IoUringPunt       *ebpf.Program `ebpf:"io_uring_punt"`
+	IoUringSubmit     *ebpf.Program `ebpf:"io_uring_submit"`
+	IoUringSubmitSqe  *ebpf.Program `ebpf:"io_uring_submit_sqe"`
+	IomapDioBegin     *ebpf.Program `ebpf:"iomap_dio_begin"`
+	IomapDioDone      *ebpf.Program `ebpf:"iomap_dio_done"`
+	IomapDioQueued    *ebpf.Program `ebpf:"iomap_dio_queued"`
+	Pread64Enter      *ebpf.Program `ebpf:"pread64_enter"`
+	Pread64Exit       *ebpf.Program `ebpf:"pread64_exit"`
+	Preadv2Enter      *ebpf.Program `ebpf:"preadv2_enter"`
+	Preadv2Exit       *ebpf.Program `ebpf:"preadv2_exit"`
+	PreadvEnter       *ebpf.Program `ebpf:"preadv_enter"`
+	PreadvExit        *ebpf.Program `ebpf:"preadv_exit"`
+	Pwrite64Enter     *ebpf.Program `ebpf:"pwrite64_enter"`
+	Pwrite64Exit      *ebpf.Program `ebpf:"pwrite64_exit"`
+	Pwritev2Enter     *ebpf.Program `ebpf:"pwritev2_enter"`
+	Pwritev2Exit      *ebpf.Program `ebpf:"pwritev2_exit"`
+	PwritevEnter      *ebpf.Program `ebpf:"pwritev_enter"`
+	PwritevExit       *ebpf.Program `ebpf:"pwritev_exit"`
+	RegisterImage     *ebpf.Program `ebpf:"register_image"`
+	VfsFallocateEnter *ebpf.Program `ebpf:"vfs_fallocate_enter"`
+	VfsFallocateExit  *ebpf.Program `ebpf:"vfs_fallocate_exit"`
+	VfsFsyncEnter     *ebpf.Program `ebpf:"vfs_fsync_enter"`
+	VfsFsyncExit      *ebpf.Program `ebpf:"vfs_fsync_exit"`
+	XfsBufferedRead   *ebpf.Program `ebpf:"xfs_buffered_read"`
+	XfsBufferedWrite  *ebpf.Program `ebpf:"xfs_buffered_write"`
+	XfsFsync          *ebpf.Program `ebpf:"xfs_fsync"`
+	XfsReadEnter      *ebpf.Program `ebpf:"xfs_read_enter"`
+	XfsReadExit       *ebpf.Program `ebpf:"xfs_read_exit"`
+	XfsWriteEnter     *ebpf.Program `ebpf:"xfs_write_enter"`
+	XfsWriteExit      *ebpf.Program `ebpf:"xfs_write_exit"`
 }
 
 func (p *DiskPrograms) Close() error {
 	return _DiskClose(
+		p.BtrfsReadEnter,
+		p.BtrfsReadExit,
+		p.BtrfsSync,
+		p.BtrfsWriteEnter,
+		p.BtrfsWriteExit,
+		p.DioComplete,
+		p.DioCompleteExit,
+		p.DioRwBegin,
+		p.Ext4Allocate,
+		p.Ext4Discard,
+		p.Ext4ReadEnter,
+		p.Ext4ReadExit,
+		p.Ext4SyncEnter,
+		p.Ext4SyncExit,
+		p.Ext4WriteEnter,
+		p.Ext4WriteExit,
+		p.Ext4WriteZeroes,
 		p.FallocateEnter,
 		p.FallocateExit,
 		p.FdatasyncEnter,
@@ -374,6 +506,7 @@ func (p *DiskPrograms) Close() error {
 		p.IoUringDone,
 		p.IoUringPunt,
 		p.IoUringSubmit,
+		p.IoUringSubmitSqe,
 		p.IomapDioBegin,
 		p.IomapDioDone,
 		p.IomapDioQueued,
@@ -390,6 +523,17 @@ func (p *DiskPrograms) Close() error {
 		p.PwritevEnter,
 		p.PwritevExit,
 		p.RegisterImage,
+		p.VfsFallocateEnter,
+		p.VfsFallocateExit,
+		p.VfsFsyncEnter,
+		p.VfsFsyncExit,
+		p.XfsBufferedRead,
+		p.XfsBufferedWrite,
+		p.XfsFsync,
+		p.XfsReadEnter,
+		p.XfsReadExit,
+		p.XfsWriteEnter,
+		p.XfsWriteExit,
 	)
 }
 

@@ -67,10 +67,12 @@ type HostIoTask struct {
 		Slot    uint32
 		Op      uint8
 		Format  uint8
-		Pad     [2]uint8
+		Shadow  uint8
+		Timed   uint8
 		Tgid    uint32
 		Dev     uint32
 	}
+	Key      uint64
 	Inode    uint64
 	Dirtied  uint32
 	DioOwner uint32

@@ -8,6 +8,7 @@ import (
 
 	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 // Label values of the kernel's enums (bpf/disk.bpf.c), in their order.
@@ -73,6 +74,10 @@ var (
 		"Reads on the image file (aio=threads and aio=native) by what the host page cache did: hit (no device read), miss (the read waited for the device), direct (cache bypassed, cache=none/directsync).", "result")
 	diskCacheReadBytes = diskDesc("host_cache_read_bytes_total",
 		"Bytes of reads on the image file (aio=threads and aio=native), by host page cache result.", "result")
+	diskUnfollowed = diskDesc("unfollowed",
+		"A request path of the disk that the probe mode's attached programs do not follow (measure=requests: its requests "+
+			"are not counted, so their counters' 0 is not a real 0; measure=latency: counted at submission, untimed). "+
+			"Present only for such paths; always 1. See fspair_probe_mode_info.", "op", "path", "measure")
 	diskCacheWriteBytes = diskDesc("host_cache_write_bytes_total",
 		"Bytes of writes on the image file (aio=threads and aio=native) by what the host page cache did: absorbed (landed on pages already dirty, written back once for several writes), dirtied (turned clean pages dirty), direct (cache bypassed).", "result")
 )
@@ -135,6 +140,21 @@ type CounterReader interface {
 	Counters(slot uint32) (bpf.DiskCounters, error)
 }
 
+// CoverageReader says which request paths of a disk the probes do not
+// follow (probe.Probes does); a CounterReader that is not one follows all.
+type CoverageReader interface {
+	Unfollowed(fs, cache, aio string) []probe.Gap
+}
+
+// unfollowed lists a tracked disk's gaps, if counters can tell them.
+func unfollowed(counters CounterReader, d *inventory.Disk) []probe.Gap {
+	c, ok := counters.(CoverageReader)
+	if !ok || !d.Tracked {
+		return nil
+	}
+	return c.Unfollowed(d.HostFS.FSType, d.Cache, d.AIO)
+}
+
 // DiskLister lists the tracked disks.
 type DiskLister interface {
 	Disks() []inventory.Disk
@@ -160,6 +180,9 @@ func (c *DiskCollector) Update(ch chan<- prometheus.Metric) error {
 			hostLabel(d.HostFS.MountPoint), hostLabel(d.HostFS.Device), orUnknown(d.Cache), orUnknown(d.AIO), d.Source)...)
 		if d.VirtualSize > 0 {
 			ch <- prometheus.MustNewConstMetric(diskVirtualSize, prometheus.GaugeValue, float64(d.VirtualSize), k...)
+		}
+		for _, g := range unfollowed(c.counters, &d) {
+			ch <- prometheus.MustNewConstMetric(diskUnfollowed, prometheus.GaugeValue, 1, with(k, g.Op, g.Path, g.Missing)...)
 		}
 		if !d.Tracked {
 			continue

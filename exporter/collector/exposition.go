@@ -11,6 +11,7 @@ import (
 
 	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 // The per-disk and per-host-device families, written directly (text.go).
@@ -72,6 +73,8 @@ type diskRow struct {
 
 	// Scalars of c and h as one-element arrays, for the vector writers.
 	punted, cacheFlushes [1]uint64
+	// The request paths the probes do not follow, for fspair_disk_unfollowed.
+	gaps []probe.Gap
 }
 
 type deviceRow struct {
@@ -107,6 +110,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 
 	start := time.Now()
 	seen := make(map[string]bool, len(disks))
+	gapMemo := map[[3]string][]probe.Gap{}
 	var errs []error
 	for i := range disks {
 		d := &disks[i]
@@ -118,6 +122,9 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 		seen[labels] = true
 		s.disks = append(s.disks, diskRow{d: d, labels: labels})
 		r := &s.disks[len(s.disks)-1]
+		if counters != nil {
+			r.gaps = unfollowedCached(counters, d, gapMemo)
+		}
 		if !d.Tracked || counters == nil {
 			continue
 		}
@@ -168,6 +175,21 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	s.hostErr = joinErrs(errs)
 	s.hostDur = time.Since(start)
+}
+
+// unfollowedCached is unfollowed, asked once per scrape for each host file
+// system, cache and aio mode: disks that share them share the answer.
+func unfollowedCached(counters CounterReader, d *inventory.Disk, memo map[[3]string][]probe.Gap) []probe.Gap {
+	if !d.Tracked {
+		return nil
+	}
+	k := [3]string{d.HostFS.FSType, d.Cache, d.AIO}
+	g, ok := memo[k]
+	if !ok {
+		g = unfollowed(counters, d)
+		memo[k] = g
+	}
+	return g
 }
 
 // joinErrs keeps the first few errors: one bad map read per disk would
@@ -227,6 +249,7 @@ var directFamilies = func() []directFamily {
 
 		// Per disk, from the inventory.
 		info(),
+		unfollowedFamily(),
 		diskGauge(diskVirtualSize, false, func(r *diskRow) (int64, bool) { return r.d.VirtualSize, r.d.VirtualSize > 0 }),
 
 		// Per disk, from the host side.
@@ -357,6 +380,21 @@ func info() directFamily {
 				"host_fs", orUnknown(hostLabel(d.HostFS.FSType)), "host_mountpoint", hostLabel(d.HostFS.MountPoint),
 				"host_device", hostLabel(d.HostFS.Device), "cache", orUnknown(d.Cache), "aio", orUnknown(d.AIO),
 				"discovery", d.Source), 1)
+		}
+	}}
+}
+
+// unfollowedFamily is fspair_disk_unfollowed: one series per request path
+// of a disk that the probes do not follow.
+func unfollowedFamily() directFamily {
+	f := familyOf(diskUnfollowed, "gauge")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			for _, g := range r.gaps {
+				t.uint(f.name, r.labels, ","+labelPairs("op", g.Op, "path", g.Path, "measure", g.Missing), 1)
+			}
 		}
 	}}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/fspair/fspair/exporter/discovery"
 	"github.com/fspair/fspair/exporter/hostfs"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 // fakeInventory is a fixed set of disks and host devices.
@@ -60,6 +61,23 @@ func (k *fakeKernel) Counters(slot uint32) (bpf.DiskCounters, error) {
 		return bpf.DiskCounters{}, errFakeRead
 	}
 	return k.disk[slot], nil
+}
+
+// Unfollowed: in this fake the probes do not follow buffered I/O on Btrfs
+// (as the tracepoint mode), and time no flush on XFS.
+func (k *fakeKernel) Unfollowed(fs, cache, aio string) []probe.Gap {
+	var gaps []probe.Gap
+	for _, op := range probe.Ops {
+		for _, path := range probe.DiskPaths(op, cache, aio) {
+			switch {
+			case fs == "btrfs" && path == probe.PathSyscallBuffered:
+				gaps = append(gaps, probe.Gap{Op: op, Path: path, Missing: probe.MissingRequests})
+			case fs == "xfs" && op == "flush":
+				gaps = append(gaps, probe.Gap{Op: op, Path: path, Missing: probe.MissingLatency})
+			}
+		}
+	}
+	return gaps
 }
 
 func (k *fakeKernel) ImageDeviceCounters(slot uint32) (bpf.HostImageDeviceCounters, error) {
@@ -408,6 +426,9 @@ func TestDirectMatchesCollectors(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			inv, k := randomFleet(rand.New(rand.NewPCG(seed, 6)), 30)
 			want, got := clientGolangText(t, inv, k), directText(t, inv, k)
+			if !strings.Contains(got, "fspair_disk_unfollowed{") {
+				t.Error("no fspair_disk_unfollowed series for a fleet with buffered disks on Btrfs")
+			}
 			checkStructure(t, got)
 			lint(t, got)
 
@@ -556,7 +577,7 @@ func newTestHandlerOpts(t *testing.T, inv *fakeInventory, k *fakeKernel, opts Ha
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewExporter(map[string]Collector{"probe": collectorFunc(func(ch chan<- prometheus.Metric) error {
-		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, 1, "pread64_enter")
+		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, 1, "pread64_enter", "tracepoint/syscalls/sys_enter_pread64")
 		return nil
 	})}, nil))
 	reg.MustRegister(extra...)

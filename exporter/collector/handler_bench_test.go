@@ -58,7 +58,7 @@ func BenchmarkHandlerParallel(b *testing.B) {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 					NewExporter(map[string]Collector{"probe": collectorFunc(func(ch chan<- prometheus.Metric) error {
-						ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, 1, "pread64_enter")
+						ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, 1, "pread64_enter", "tracepoint/syscalls/sys_enter_pread64")
 						return nil
 					})}, nil))
 				ci := &countedInventory{HostLister: inv}

@@ -6,17 +6,23 @@ import (
 	"github.com/fspair/fspair/exporter/probe"
 )
 
-// dropReasons are the label values of enum drop in bpf/disk.bpf.c, in order.
+// dropReasons are the label values of enum drop in bpf/call.h, in order.
 var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long", "request_untimed"}
 
 var (
+	probeMode = prometheus.NewDesc("fspair_probe_mode_info",
+		"The attach mode the BPF programs run in (fentry, tracepoint or syscall) and the one asked for (--probe.mode). Always 1.",
+		[]string{"mode", "requested"}, nil)
 	probeAttached = prometheus.NewDesc("fspair_probe_attached",
-		"Whether a BPF program is loaded and attached (1) or not (0); see the exporter log for why.",
-		[]string{"program"}, nil)
+		"Whether a BPF program of the running mode is loaded and attached (1) or not (0), with the kernel hook it attaches to; see the exporter log for why.",
+		[]string{"program", "hook"}, nil)
+	probeStats = prometheus.NewDesc("fspair_probe_stats_enabled",
+		"Whether the per-program run-time statistics are on (--probe.stats; kernel.bpf_stats_enabled while the exporter runs). "+
+			"fspair_probe_runs_total and fspair_probe_run_seconds_total are exported only when they are.", nil, nil)
 	probeRuns = prometheus.NewDesc("fspair_probe_runs_total",
-		"Times a BPF program ran (kernel bpf_stats).", []string{"program"}, nil)
+		"Times a BPF program ran (kernel bpf_stats, only with --probe.stats).", []string{"program"}, nil)
 	probeRunSeconds = prometheus.NewDesc("fspair_probe_run_seconds_total",
-		"Time a BPF program spent running (kernel bpf_stats).", []string{"program"}, nil)
+		"Time a BPF program spent running (kernel bpf_stats, only with --probe.stats).", []string{"program"}, nil)
 	probeDropped = prometheus.NewDesc("fspair_probe_events_dropped_total",
 		"Requests the BPF programs could not follow, by reason.", []string{"reason"}, nil)
 )
@@ -25,9 +31,11 @@ var (
 type ProbeSource interface {
 	Programs() []*probe.Program
 	Dropped() ([]uint64, error)
+	Mode() (running, requested probe.Mode)
+	StatsEnabled() bool
 }
 
-// ProbeCollector reports the BPF programs' state and cost.
+// ProbeCollector reports the BPF programs' mode, state and cost.
 type ProbeCollector struct{ src ProbeSource }
 
 // NewProbeCollector returns the probe collector.
@@ -35,12 +43,23 @@ func NewProbeCollector(src ProbeSource) *ProbeCollector { return &ProbeCollector
 
 // Update implements Collector.
 func (c *ProbeCollector) Update(ch chan<- prometheus.Metric) error {
+	running, requested := c.src.Mode()
+	ch <- prometheus.MustNewConstMetric(probeMode, prometheus.GaugeValue, 1, string(running), string(requested))
+	stats := c.src.StatsEnabled()
+	on := 0.0
+	if stats {
+		on = 1
+	}
+	ch <- prometheus.MustNewConstMetric(probeStats, prometheus.GaugeValue, on)
 	for _, p := range c.src.Programs() {
 		up := 0.0
 		if p.Attached {
 			up = 1
 		}
-		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, up, p.Name)
+		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, up, p.Name, p.Hook)
+		if !stats {
+			continue
+		}
 		s, err := p.Stats()
 		if err != nil {
 			return err

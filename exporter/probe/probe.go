@@ -1,21 +1,27 @@
-// Package probe loads fspair's BPF programs, attaches each on its own so a
-// missing tracepoint disables only that program, and gives the exporter typed
-// access to the maps: image registration, the followed processes, and the
-// per-disk counters read at scrape time.
+// Package probe loads fspair's BPF programs for one attach mode (fentry,
+// tracepoint or syscall: see Mode), attaches each on its own so a missing
+// kernel hook disables only that program, says which request paths the
+// attached programs follow, and gives the exporter typed access to the maps:
+// image registration, the followed processes, and the per-disk counters read
+// at scrape time. It is the only code that knows which kernel hooks exist.
 package probe
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -26,50 +32,105 @@ import (
 // ErrDenied marks a program the operator asked not to load (--probe.deny).
 var ErrDenied = errors.New("denied by configuration")
 
+// ErrNoTrampolines is returned by Load when fentry mode was asked for and
+// the kernel cannot attach BPF trampolines.
+var ErrNoTrampolines = errors.New("this kernel cannot attach fentry programs (no BPF trampolines)")
+
 // Options tune the loaded objects.
 type Options struct {
 	// MaxDisks sizes the per-disk maps; 0 keeps the compiled default.
 	MaxDisks int
 	// Deny lists programs not to load, by program name.
 	Deny []string
+	// Mode is the attach mode asked for; "" is ModeAuto.
+	Mode Mode
+	// Stats turns on the kernel's per-program run-time statistics
+	// (kernel.bpf_stats_enabled) while the probes are loaded. They add two
+	// clock reads to every run of every BPF program on the host, other
+	// agents' included, so they are off unless asked for.
+	Stats bool
 	// Logger receives one line per program that fails to load or attach.
 	Logger *slog.Logger
+
+	// followSelf counts this process's own requests like a VM's. Only the
+	// package's tests set it: they play the VM from the loading process.
+	followSelf bool
 }
 
 // Program is one BPF program and whether it runs.
 type Program struct {
-	Name     string
+	Name string
+	// Hook is where it attaches: the ELF section, e.g.
+	// "fentry/ext4_file_read_iter" or "tracepoint/syscalls/sys_enter_pread64".
+	Hook string
+	// FS is the host file system whose module provides the hook, or "".
+	FS       string
 	Attached bool
 	Err      error // why it is not attached
+	// Pending: the hook's file system is not loaded yet; the program is
+	// attached when an image on it is first tracked (see UseFS), and
+	// reported only from then on.
+	Pending bool
 
-	prog *ebpf.Program
-	link link.Link
+	prog    *ebpf.Program
+	link    link.Link
+	spec    *ebpf.CollectionSpec
+	maps    map[string]*ebpf.Map
+	primary string               // the name in the program table, whichever variant runs
+	alt     *ebpf.CollectionSpec // nil, or the object of the alternative (same maps)
+	altName string
 }
 
 // Probes owns the loaded maps and programs.
 type Probes struct {
-	maps     []*ebpf.Map // every map of every object, for Close
-	objs     bpf.DiskMaps
-	vars     bpf.DiskVariables
-	host     bpf.HostMaps
-	programs []*Program
-	stats    ioCloser
-	maxDisks int
+	maps      []*ebpf.Map // every map of every object, for Close
+	objs      bpf.DiskMaps
+	vars      bpf.DiskVariables
+	host      bpf.HostMaps
+	programs  []*Program
+	stats     ioCloser
+	maxDisks  int
+	mode      Mode
+	requested Mode
+	kernel    [2]int
+	deny      []string
+	logger    *slog.Logger
 
-	regMu sync.Mutex // one registration at a time: they share the registration map entry
+	regMu sync.Mutex // one registration at a time: they share the registrations map
+	reg   *link.Iter // the registration iterator
+
+	mu     sync.Mutex        // programs' state and the super block filter
+	sbOf   map[uint64]uint64 // registered inode -> its super block
+	sbRefs map[uint64]int    // super block -> tracked images on it
+	inodes map[uint64]uint64 // tracked inode -> its super block (for Untrack)
 }
 
 type ioCloser interface{ Close() error }
 
-// Load creates the maps and loads and attaches every program it can. It
-// fails only when the maps themselves cannot be created; a program that does
-// not load or attach is reported in Programs and the rest keep working.
+// sbFilterSlots is SB_FILTER_SLOTS in bpf/disk.h: super blocks the
+// file-system hooks compare a file's with before any map lookup.
+const sbFilterSlots = 16
+
+// Load creates the maps and loads and attaches every program of the mode it
+// can. It fails when the maps cannot be created, or when fentry mode was
+// asked for on a kernel without trampolines; a program that does not load
+// or attach is reported in Programs and the rest keep working.
 func Load(opts Options) (*Probes, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Mode == "" {
+		opts.Mode = ModeAuto
+	}
+	if _, err := ParseMode(string(opts.Mode)); err != nil {
+		return nil, err
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	kernel, err := kernelVersion()
+	if err != nil {
+		return nil, err
 	}
 	spec, err := bpf.LoadDisk()
 	if err != nil {
@@ -87,8 +148,8 @@ func Load(opts Options) (*Probes, error) {
 		}
 		specs.DiskByInode.MaxEntries = uint32(2 * maxDisks)
 	}
-	if err := specs.SelfTgid.Set(uint32(os.Getpid())); err != nil {
-		return nil, fmt.Errorf("set self_tgid: %w", err)
+	if err := setConstants(&specs, kernel, opts.followSelf); err != nil {
+		return nil, err
 	}
 
 	hostSpec, err := bpf.LoadHost()
@@ -104,7 +165,10 @@ func Load(opts Options) (*Probes, error) {
 		hostSpecs.DiskByInode.MaxEntries = uint32(2 * maxDisks)
 	}
 
-	p := &Probes{maxDisks: maxDisks}
+	p := &Probes{
+		maxDisks: maxDisks, requested: opts.Mode, kernel: kernel, deny: opts.Deny, logger: opts.Logger,
+		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
+	}
 	// Each object gets its own maps, but for the ones named in shared,
 	// which the later objects take from the first.
 	var objs struct {
@@ -126,37 +190,262 @@ func Load(opts Options) (*Probes, error) {
 		p.Close()
 		return nil, err
 	}
-	// Run time and run count per program (bpf_stats); without it the
-	// programs still run and those two metrics stay at zero.
-	if c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+	if opts.Stats {
+		c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("turn on BPF run-time statistics (--probe.stats): %w", err)
+		}
 		p.stats = c
-	} else {
-		opts.Logger.Warn("BPF run-time statistics unavailable", "err", err)
 	}
-	for _, o := range []struct {
+
+	objects := map[string]struct {
 		spec *ebpf.CollectionSpec
 		maps map[string]*ebpf.Map
-	}{{spec, diskMaps}, {hostSpec, hostMaps}} {
-		names := make([]string, 0, len(o.spec.Programs))
-		for name := range o.spec.Programs {
-			names = append(names, name)
+	}{}
+	for name := range spec.Programs {
+		objects[name] = struct {
+			spec *ebpf.CollectionSpec
+			maps map[string]*ebpf.Map
+		}{spec, diskMaps}
+	}
+	for name := range hostSpec.Programs {
+		objects[name] = struct {
+			spec *ebpf.CollectionSpec
+			maps map[string]*ebpf.Map
+		}{hostSpec, hostMaps}
+	}
+	mk := func(d program) *Program {
+		o := objects[d.name]
+		pr := &Program{Name: d.name, FS: d.fs, spec: o.spec, maps: o.maps, primary: d.name}
+		if ps := o.spec.Programs[d.name]; ps != nil {
+			pr.Hook = ps.SectionName
 		}
-		slices.Sort(names)
-		for _, name := range names {
-			pr := &Program{Name: name}
-			p.programs = append(p.programs, pr)
-			if slices.Contains(opts.Deny, name) {
-				pr.Err = ErrDenied
-				continue
-			}
-			pr.Err = start(o.spec, o.maps, name, pr)
-			pr.Attached = pr.Err == nil
-			if pr.Err != nil {
-				opts.Logger.Warn("BPF program not attached", "program", name, "err", pr.Err)
-			}
+		if d.alt != "" {
+			pr.alt, pr.altName = objects[d.alt].spec, d.alt
+		}
+		return pr
+	}
+
+	// The mode: fentry when asked for or, for auto, when the kernel
+	// attaches a trampoline to vfs_fsync_range, the fentry mode's own
+	// first program (the check libbpf-tools call fentry_can_attach).
+	p.mode = opts.Mode
+	var first *Program
+	if opts.Mode == ModeAuto || opts.Mode == ModeFentry {
+		first = mk(program{name: bpf.DiskProgVfsFsyncEnter})
+		first.Err = first.start(first.Name, first.spec)
+		switch {
+		case first.Err == nil:
+			p.mode = ModeFentry
+		case opts.Mode == ModeFentry:
+			p.Close()
+			return nil, fmt.Errorf("%w: %v; --probe.mode=tracepoint (or auto) uses tracepoints instead", ErrNoTrampolines, first.Err)
+		default:
+			opts.Logger.Info("BPF trampolines unavailable, using tracepoints", "err", first.Err)
+			p.mode = ModeTracepoint
 		}
 	}
+	if p.mode == ModeSyscall {
+		opts.Logger.Warn("probe mode syscall: the syscall tracepoints slow every system call of every process on this host " +
+			"(measured +64 ns per call, -27% on 4 KiB buffered writes; see BENCHMARKS.md); --probe.mode=auto avoids them")
+	}
+	for _, d := range programs {
+		if !d.inMode(p.mode) {
+			continue
+		}
+		if first != nil && d.name == first.Name && p.mode == ModeFentry {
+			first.Attached = true
+			p.programs = append(p.programs, first)
+			continue
+		}
+		pr := mk(d)
+		p.programs = append(p.programs, pr)
+		switch {
+		case slices.Contains(opts.Deny, d.name):
+			pr.Err = ErrDenied
+		case d.fs != "" && !fsRegistered(d.fs):
+			pr.Pending = true
+		default:
+			p.attach(pr)
+		}
+	}
+	if err := p.openRegistration(); err != nil {
+		opts.Logger.Warn("image registration unavailable", "err", err)
+	}
 	return p, nil
+}
+
+// attach loads and attaches pr (or its alternative) and logs a failure.
+func (p *Probes) attach(pr *Program) {
+	pr.Pending = false
+	pr.Err = pr.start(pr.Name, pr.spec)
+	if pr.Err != nil && pr.alt != nil {
+		if err := pr.start(pr.altName, pr.alt); err == nil {
+			pr.Name, pr.Hook, pr.Err = pr.altName, pr.alt.Programs[pr.altName].SectionName, nil
+		}
+	}
+	pr.Attached = pr.Err == nil
+	if pr.Err != nil {
+		p.logger.Warn("BPF program not attached", "program", pr.Name, "hook", pr.Hook, "mode", p.mode, "err", pr.Err)
+	}
+}
+
+// fsRegistered reports whether the kernel knows the file system now
+// (/proc/filesystems): built in, or its module loaded.
+func fsRegistered(fs string) bool {
+	f, err := os.Open("/proc/filesystems")
+	if err != nil {
+		return true // try, and let the attach say what is wrong
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 0 && fields[len(fields)-1] == fs {
+			return true
+		}
+	}
+	return false
+}
+
+// UseFS is called when an image on a host file system of type fs is
+// tracked: the mode's programs for that file system that waited for its
+// module are attached now.
+func (p *Probes) UseFS(fs string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.programs {
+		if pr.Pending && pr.FS == fs {
+			p.attach(pr)
+		}
+	}
+}
+
+// Mode is the attach mode the probes run in, and the one asked for.
+func (p *Probes) Mode() (running, requested Mode) { return p.mode, p.requested }
+
+// StatsEnabled reports whether the per-program run-time statistics are on.
+func (p *Probes) StatsEnabled() bool { return p.stats != nil }
+
+// kernelVersion is the running kernel's major and minor version.
+func kernelVersion() ([2]int, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return [2]int{}, fmt.Errorf("uname: %w", err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var v [2]int
+	parts := strings.SplitN(rel, ".", 3)
+	for i := 0; i < 2 && i < len(parts); i++ {
+		n := strings.IndexFunc(parts[i], func(r rune) bool { return r < '0' || r > '9' })
+		if n < 0 {
+			n = len(parts[i])
+		}
+		x, err := strconv.Atoi(parts[i][:n])
+		if err != nil {
+			return v, fmt.Errorf("kernel release %q: %w", rel, err)
+		}
+		v[i] = x
+	}
+	return v, nil
+}
+
+// setConstants gives the programs what differs between kernels: the
+// kiocb flag values, the completion callbacks' addresses and the
+// io_uring_complete prototype.
+func setConstants(specs *bpf.DiskSpecs, kernel [2]int, followSelf bool) error {
+	set := func(v *ebpf.VariableSpec, x any, name string) error {
+		if err := v.Set(x); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := set(specs.SelfTgid, uint32(os.Getpid()), "self_tgid"); err != nil {
+		return err
+	}
+	if !followSelf {
+		if err := set(specs.ExcludedTgid, uint32(os.Getpid()), "excluded_tgid"); err != nil {
+			return err
+		}
+	}
+	// Before v5.19 (commit ce71bfea207b) IOCB_DSYNC, IOCB_SYNC and
+	// IOCB_NOWAIT were bits 4, 5 and 7.
+	if kernel[0] < 5 || kernel[0] == 5 && kernel[1] < 19 {
+		if err := set(specs.IocbDsync, uint32(1<<4|1<<5), "iocb_dsync"); err != nil {
+			return err
+		}
+		if err := set(specs.IocbNowait, uint32(1<<7), "iocb_nowait"); err != nil {
+			return err
+		}
+	}
+	syms := kallsyms("aio_complete_rw", "io_complete_rw", "io_complete_rw_iopoll")
+	for name, v := range map[string]*ebpf.VariableSpec{
+		"aio_complete_rw": specs.AioCompleteFn, "io_complete_rw": specs.IoUringCompleteFn, "io_complete_rw_iopoll": specs.IoUringIopollFn,
+	} {
+		if err := set(v, syms[name], name); err != nil {
+			return err
+		}
+	}
+	if hasCQE, ok := ioURingCompleteHasCQE(); ok && !hasCQE {
+		if err := set(specs.IoUringCompleteHasCqe, uint32(0), "io_uring_complete_has_cqe"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kallsyms reads the addresses of core kernel text symbols; a symbol the
+// kernel hides (kptr_restrict) or lacks is 0.
+func kallsyms(names ...string) map[string]uint64 {
+	out := make(map[string]uint64, len(names))
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	r := bufio.NewReaderSize(f, 1<<16)
+	for len(want) > 0 {
+		line, err := r.ReadString('\n')
+		fields := strings.Fields(line)
+		if len(fields) == 3 && want[fields[2]] && (fields[1] == "t" || fields[1] == "T") {
+			if a, perr := strconv.ParseUint(fields[0], 16, 64); perr == nil {
+				out[fields[2]] = a
+			}
+			delete(want, fields[2])
+		}
+		if err != nil {
+			break
+		}
+	}
+	return out
+}
+
+// ioURingCompleteHasCQE reads the io_uring_complete tracepoint's prototype
+// from the kernel's BTF: (ctx, req, cqe) since v6.14, seven arguments before.
+func ioURingCompleteHasCQE() (hasCQE, ok bool) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false, false
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_io_uring_complete", &td); err != nil {
+		return false, false
+	}
+	ptr, isPtr := td.Type.(*btf.Pointer)
+	if !isPtr {
+		return false, false
+	}
+	fp, isProto := ptr.Target.(*btf.FuncProto)
+	if !isProto {
+		return false, false
+	}
+	// The first parameter is the tracepoint's data pointer.
+	return len(fp.Params) == 4, true
 }
 
 // createMaps creates an object's maps, taking the ones in shared as they
@@ -180,13 +469,16 @@ func (p *Probes) createMaps(spec *ebpf.CollectionSpec, shared map[string]*ebpf.M
 	return out, nil
 }
 
-// start loads one program against its object's maps and attaches it where
-// its section says.
-func start(spec *ebpf.CollectionSpec, objMaps map[string]*ebpf.Map, name string, pr *Program) error {
+// start loads the program name of spec against pr's maps and attaches it
+// where its section says.
+func (pr *Program) start(name string, spec *ebpf.CollectionSpec) error {
 	one := spec.Copy()
 	ps := one.Programs[name]
+	if ps == nil {
+		return fmt.Errorf("no program %s in the BPF object", name)
+	}
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: objMaps})
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: pr.maps})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
@@ -210,13 +502,80 @@ func attach(ps *ebpf.ProgramSpec, prog *ebpf.Program) (link.Link, error) {
 		}
 		return link.Tracepoint(parts[1], parts[2], prog, nil)
 	case ebpf.Tracing:
+		if ps.AttachType == ebpf.AttachTraceIter {
+			return link.AttachIter(link.IterOptions{Program: prog})
+		}
 		return link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ps.AttachType})
 	}
 	return nil, fmt.Errorf("program type %s not supported", ps.Type)
 }
 
-// Programs lists every program with its state.
-func (p *Probes) Programs() []*Program { return p.programs }
+// Programs lists the running mode's programs with their state, but for
+// those still waiting for their file system (Pending), which no disk needs.
+func (p *Probes) Programs() []*Program {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*Program, 0, len(p.programs))
+	for _, pr := range p.programs {
+		if !pr.Pending {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// attached reports whether the named program (or its alternative) runs.
+func (p *Probes) attached(name string) bool {
+	for _, pr := range p.programs {
+		if pr.Attached && pr.primary == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Unfollowed lists what the running programs leave out of a disk's
+// requests: for each op and each path QEMU takes for it given the disk's
+// cache and aio modes (see DiskPaths), whether the requests or only their
+// latency go unseen, on an image whose host file system is of type fs.
+// Nothing listed means every request of the disk is counted and timed.
+func (p *Probes) Unfollowed(fs, cache, aio string) []Gap {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var gaps []Gap
+	for _, op := range Ops {
+		for _, path := range DiskPaths(op, cache, aio) {
+			n, ok := requirement(p.mode, fs, op, path, cache, p.kernel)
+			missing := ""
+			switch {
+			case !ok:
+				missing = MissingRequests
+			case !p.allAttached(n.all):
+				missing = MissingRequests
+			case n.untimed:
+				missing = MissingLatency
+			}
+			if missing != "" {
+				gaps = append(gaps, Gap{Op: op, Path: path, Missing: missing})
+			}
+			if op == "flush" && missing != MissingRequests {
+				if hooks := flushCostHooks(p.mode, fs, path); hooks == nil || !p.allAttached(hooks) {
+					gaps = append(gaps, Gap{Op: op, Path: path, Missing: MissingFlushCost})
+				}
+			}
+		}
+	}
+	return gaps
+}
+
+func (p *Probes) allAttached(names []string) bool {
+	for _, n := range names {
+		if !p.attached(n) {
+			return false
+		}
+	}
+	return true
+}
 
 // ProgramStats is a program's cumulative cost from bpf_stats.
 type ProgramStats struct {
@@ -239,28 +598,83 @@ func (pr *Program) Stats() (ProgramStats, error) {
 // MaxDisks is the number of disk slots, 0 .. MaxDisks-1.
 func (p *Probes) MaxDisks() int { return p.maxDisks }
 
+// openRegistration attaches the registration iterator, which the exporter
+// runs to learn the inode behind its own fds.
+func (p *Probes) openRegistration() error {
+	for _, pr := range p.programs {
+		if pr.Name == bpf.DiskProgRegisterImage {
+			if !pr.Attached {
+				return fmt.Errorf("program %s not attached: %w", pr.Name, pr.Err)
+			}
+			it, ok := pr.link.(*link.Iter)
+			if !ok {
+				return fmt.Errorf("program %s is not an iterator", pr.Name)
+			}
+			p.reg = it
+			return nil
+		}
+	}
+	return fmt.Errorf("program %s not loaded", bpf.DiskProgRegisterImage)
+}
+
 // Inode asks the kernel which inode f refers to: the key images are
 // registered under. f must stay open as long as the image is tracked, which
 // keeps the inode, and so the key, alive.
 func (p *Probes) Inode(f *os.File) (uint64, error) {
+	inodes, err := p.Inodes([]*os.File{f})
+	if err != nil {
+		return 0, err
+	}
+	return inodes[0], nil
+}
+
+// Inodes asks the kernel for the inodes behind several files at once: one
+// pass of the registration iterator over the host's open files.
+func (p *Probes) Inodes(files []*os.File) ([]uint64, error) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
-	zero := uint32(0)
-	if err := p.objs.Registration.Put(zero, bpf.DiskRegistrationReq{Pending: 1}); err != nil {
-		return 0, fmt.Errorf("request registration: %w", err)
+	if p.reg == nil {
+		return nil, fmt.Errorf("register images: the registration program %s is not attached", bpf.DiskProgRegisterImage)
 	}
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
-		return 0, fmt.Errorf("fstatfs %s: %w", f.Name(), err)
+	if len(files) > int(p.objs.Registrations.MaxEntries()) {
+		return nil, fmt.Errorf("register %d images at once: at most %d", len(files), p.objs.Registrations.MaxEntries())
 	}
-	var r bpf.DiskRegistrationReq
-	if err := p.objs.Registration.Lookup(zero, &r); err != nil {
-		return 0, fmt.Errorf("read registration: %w", err)
+	fds := make([]uint32, len(files))
+	for i, f := range files {
+		fds[i] = uint32(f.Fd())
+		if err := p.objs.Registrations.Put(fds[i], bpf.DiskRegistration{}); err != nil {
+			return nil, fmt.Errorf("request registration of %s: %w", f.Name(), err)
+		}
 	}
-	if r.Pending != 0 || r.Inode == 0 {
-		return 0, fmt.Errorf("register %s: the registration program did not run (is it attached?)", f.Name())
+	defer func() {
+		for _, fd := range fds {
+			_ = p.objs.Registrations.Delete(fd)
+		}
+	}()
+	r, err := p.reg.Open()
+	if err != nil {
+		return nil, fmt.Errorf("run the registration iterator: %w", err)
 	}
-	return r.Inode, nil
+	_, err = io.Copy(io.Discard, r)
+	r.Close()
+	if err != nil {
+		return nil, fmt.Errorf("run the registration iterator: %w", err)
+	}
+	out := make([]uint64, len(files))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, fd := range fds {
+		var reg bpf.DiskRegistration
+		if err := p.objs.Registrations.Lookup(fd, &reg); err != nil {
+			return nil, fmt.Errorf("read registration of %s: %w", files[i].Name(), err)
+		}
+		if reg.Inode == 0 {
+			return nil, fmt.Errorf("register %s: the kernel did not report its inode", files[i].Name())
+		}
+		out[i] = reg.Inode
+		p.sbOf[reg.Inode] = reg.Sb
+	}
+	return out, nil
 }
 
 // ImageConfig is what the programs need to know of a disk.
@@ -269,8 +683,8 @@ type ImageConfig struct {
 	ClusterBits uint32
 }
 
-// Track starts following the image with the given inode as disk slot. The
-// slot's counters are zeroed first.
+// Track starts following the image with the given inode (from Inode) as
+// disk slot. The slot's counters are zeroed first.
 func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 	if int(slot) >= p.maxDisks {
 		return fmt.Errorf("track slot %d: beyond %d slots", slot, p.maxDisks)
@@ -281,8 +695,42 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 	if err := p.Configure(slot, cfg); err != nil {
 		return err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, had := p.inodes[inode]; !had {
+		sb, ok := p.sbOf[inode]
+		if !ok {
+			return fmt.Errorf("track slot %d: inode %#x was not registered (Inode first)", slot, inode)
+		}
+		delete(p.sbOf, inode)
+		p.inodes[inode] = sb
+		p.sbRefs[sb]++
+		if err := p.writeSuperBlocks(); err != nil {
+			return err
+		}
+	}
 	if err := p.objs.DiskByInode.Put(inode, slot); err != nil {
 		return fmt.Errorf("track slot %d: %w", slot, err)
+	}
+	return nil
+}
+
+// writeSuperBlocks gives the file-system hooks the super blocks that hold
+// tracked images, their first filter; with more than fit, the filter is off.
+func (p *Probes) writeSuperBlocks() error {
+	var sbs [sbFilterSlots]uint64
+	n := 0
+	for sb := range p.sbRefs {
+		if n < len(sbs) {
+			sbs[n] = sb
+		}
+		n++
+	}
+	if err := p.vars.TrackedSbs.Set(sbs); err != nil {
+		return fmt.Errorf("set the super block filter: %w", err)
+	}
+	if err := p.vars.TrackedSbCount.Set(uint32(n)); err != nil {
+		return fmt.Errorf("set the super block filter: %w", err)
 	}
 	return nil
 }
@@ -305,6 +753,15 @@ func (p *Probes) Configure(slot uint32, cfg ImageConfig) error {
 func (p *Probes) Untrack(inode uint64, slot uint32) error {
 	if err := p.objs.DiskByInode.Delete(inode); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("untrack slot %d: %w", slot, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sb, ok := p.inodes[inode]; ok {
+		delete(p.inodes, inode)
+		if p.sbRefs[sb]--; p.sbRefs[sb] <= 0 {
+			delete(p.sbRefs, sb)
+		}
+		return p.writeSuperBlocks()
 	}
 	return nil
 }

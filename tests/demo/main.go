@@ -309,7 +309,8 @@ func (s *stack) start() error {
 		return err
 	}
 	cmd := exec.Command("bash", s.script, "start", "--dir", s.dir)
-	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter)
+	// The demo's mode: see lab.ProbeMode (this host has no trampolines).
+	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter, "FSPAIR_STACK_PROBE_MODE="+lab.ProbeMode())
 	if s.site != "" || s.forScale != 1 {
 		rules, err := s.generateRules()
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fspair/fspair/tests/lab"
 )
 
 // TestCheckMode: --check discovers, loads and attaches, prints what it
@@ -23,7 +25,7 @@ func TestCheckMode(t *testing.T) {
 	os.WriteFile(cfg, []byte("disks:\n  - domain: chk\n    uuid: 00000000-0000-0000-0000-00000000c0c0\n"+
 		"    target_device: vda\n    source_file: "+img+"\n"), 0o600)
 	run := func(args ...string) (string, int) {
-		cmd := exec.Command(binary(t), args...)
+		cmd := exec.Command(binary(t), lab.WithProbeMode(args)...)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -94,7 +94,7 @@ func startExporterWith(t *testing.T, args ...string) *exporter {
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
 		"--discovery.interval=1s",
 		"--log.level=debug",
-	}, args...)
+	}, lab.WithProbeMode(args)...)
 	e.cmd = exec.Command(binary(t), all...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	if err := e.cmd.Start(); err != nil {

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/fspair/fspair/tests/lab"
 )
 
 // The capability bits as include/uapi/linux/capability.h numbers them,
@@ -359,7 +361,7 @@ func startProcess(t *testing.T, prefix []string, ready func(*exporter) bool, arg
 	e := &exporter{url: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), log: &logBuffer{}}
 	all := append([]string{}, prefix...)
 	all = append(all, binary(t), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=debug")
-	all = append(all, args...)
+	all = append(all, lab.WithProbeMode(args)...)
 	e.cmd = exec.Command(all[0], all[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	if err := e.cmd.Start(); err != nil {
@@ -412,7 +414,7 @@ func runTraced(t *testing.T, prefix []string, args ...string) (string, int, []st
 	}
 	trace := filepath.Join(t.TempDir(), "trace")
 	all := append([]string{"-f", "-qq", "-e", "trace=bpf,perf_event_open,mount", "-o", trace}, prefix...)
-	all = append(append(all, binary(t)), args...)
+	all = append(append(all, binary(t)), lab.WithProbeMode(args)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, strace, all...)

@@ -18,6 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/fspair/fspair/tests/lab"
 )
 
 // BuildExporter builds fspair_exporter into dir and returns its path.
@@ -71,7 +73,7 @@ func StartExporter(ctx context.Context, bin string, extra ...string) (*Exporter,
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
 		"--no-discovery.libvirt",
 		"--discovery.interval=1s",
-	}, extra...)
+	}, lab.WithProbeMode(extra)...)
 	e := &Exporter{
 		URL:  fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
 		cmd:  exec.Command(bin, args...),

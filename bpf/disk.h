@@ -1,0 +1,910 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every attach mode of disk.bpf.c shares: the per-disk maps, the
+ * bookkeeping of a request at submission and at completion, the thread
+ * state of synchronous calls, and the filters that decide whether a request
+ * is on a tracked image. The programs of each mode (disk_fentry.h,
+ * disk_tracepoint.h, disk_syscall.h) only find the request's file, position,
+ * length and result at their hook and hand them to submit() and complete(),
+ * so a mode changes what the kernel pays, never what the counters mean.
+ *
+ * Identity: user space holds each image open, so its struct inode cannot be
+ * evicted and the inode's address is a stable key for the file. It also holds
+ * across Btrfs subvolumes, whose st_dev does not name the super block.
+ *
+ * Concurrency: the per-disk counters are updated with atomic adds. The seek
+ * state (last request end, the ring of the last 16 ends, the flush epoch) is
+ * updated without a lock because tracing programs cannot take bpf_spin_lock;
+ * two requests on the same disk at the same instant on two CPUs may see each
+ * other's half-written state. This only blurs the order of requests that were
+ * concurrent in the first place; counts and bytes stay exact.
+ */
+#ifndef FSPAIR_DISK_H
+#define FSPAIR_DISK_H
+
+#include "call.h"
+
+/* Disks tracked at once; user space may raise it before load (--bpf.max-disks). */
+#define MAX_DISKS 1024
+/* Image files (a disk's image plus a margin for replaced files kept until their last close). */
+#define MAX_IMAGES (MAX_DISKS * 2)
+/* Requests in flight on tracked images at once, across all disks. */
+#define MAX_INFLIGHT 16384
+/* qcow2 metadata clusters marked across all qcow2 disks. */
+#define MAX_FORMAT_CLUSTERS 262144
+/* The seek history: the closest of the last 16 requests, as vscsiStats measures it. */
+#define SEEK_HISTORY 16
+/* The most iovec entries a vectored call may carry (UIO_MAXIOV). */
+#define MAX_IOV 1024
+
+/* How QEMU issued the request, the `interface` label. */
+enum iface {
+	IFACE_SYSCALL,
+	IFACE_LINUX_AIO,
+	IFACE_IO_URING,
+	IFACE_MAX,
+};
+/* submissions[] is sized to a power of two so that a mask bounds the index. */
+#define IFACE_SLOTS 4
+
+/* How writes became synchronous, the `mode` label. */
+enum sync_mode {
+	SYNC_DSYNC, /* O_DSYNC/O_SYNC on the file, RWF_DSYNC/RWF_SYNC or IOCB_DSYNC per request */
+	SYNC_FLUSH, /* in a flush epoch of at most SYNC_EPOCH_MAX writes */
+	SYNC_MAX,
+};
+
+/*
+ * A write counts as synchronous by flush when the flush that ends its epoch
+ * covers at most this many writes: an fsync() in the guest sends its data, a
+ * journal transaction (descriptor, blocks, commit) and a flush; a streaming
+ * writer sends many writes per flush.
+ */
+#define SYNC_EPOCH_MAX 4
+
+/*
+ * What the host page cache did for a synchronous read or write, the
+ * `result` label: a read was a hit (no device read queued by the call) or a
+ * miss; a buffered write's bytes were absorbed (landed on pages already
+ * dirty, so writeback sends them once for several writes) or dirtied clean
+ * pages; direct I/O bypassed the cache.
+ */
+enum cache_result {
+	CACHE_HIT,	/* reads: hit; writes: absorbed */
+	CACHE_MISS,	/* reads: miss; writes: dirtied */
+	CACHE_DIRECT,
+	CACHE_MAX,
+};
+#define CACHE_SLOTS 4
+
+/* Histogram shapes: slot counts include the +Inf bucket. */
+#define LAT_SLOTS 25  /* latency, le = 2^k microseconds, k = 0..23 (1 us .. 8.4 s) */
+#define SIZE_SLOTS 16 /* request size, le = 512 * 2^k bytes, k = 0..14 (512 B .. 8 MiB) */
+#define SEEK_SLOTS 29 /* signed seek distance, see seek_bucket() */
+#define QD_SLOTS 10   /* outstanding requests at issue, le = 2^k, k = 0..8 */
+#define IAT_SLOTS 25  /* inter-arrival time, like latency */
+
+/* The value of disk_stats: every counter and histogram of one disk. */
+struct counters {
+	u64 requests[OP_MAX];		/* completed without error */
+	u64 bytes[OP_MAX];		/* bytes completed (discard/write_zeroes: range length) */
+	u64 errors[OP_MAX];		/* completed with an error */
+	u64 latency_sum_ns[OP_MAX];
+	u64 latency[OP_MAX][LAT_SLOTS];
+	u64 size[2][SIZE_SLOTS];	/* reads, writes at submission */
+	u64 size_sum[2];
+	u64 seek_prev[SEEK_SLOTS];	/* distance from the end of the previous request */
+	u64 seek_near[SEEK_SLOTS];	/* distance from the closest of the last 16 ends */
+	s64 seek_prev_sum;
+	s64 seek_near_sum;
+	u64 sequential[2];		/* reads, writes */
+	u64 random[2];
+	u64 sync_writes[SYNC_MAX];
+	u64 outstanding[QD_SLOTS];
+	u64 outstanding_sum;
+	u64 interarrival[IAT_SLOTS];
+	u64 interarrival_sum_ns;
+	u64 submissions[IFACE_SLOTS];
+	u64 format_requests[2];		/* qcow2 metadata reads, writes */
+	u64 format_bytes[2];
+	u64 io_uring_punted;		/* io_uring requests handed to io-wq workers */
+	/* Synchronous reads and writes by what the host page cache did, by enum cache_result. */
+	u64 cache_reads[CACHE_SLOTS];
+	u64 cache_read_bytes[CACHE_SLOTS];
+	u64 cache_write_bytes[CACHE_SLOTS];
+};
+
+/* The value of disk_seek: submission-order state of one disk. */
+struct seek_state {
+	u64 last_end;
+	u64 last_submit_ns;
+	u64 recent_end[SEEK_HISTORY];
+	u64 recent_count;
+	s64 inflight;
+	u64 writes_since_flush;
+};
+
+/* Flags of disk_config. */
+#define DISK_ACTIVE 1
+#define DISK_QCOW2 2
+
+/* The value of disk_config: what user space knows of a disk. */
+struct image_config {
+	u32 flags;
+	u32 cluster_bits; /* qcow2 cluster size, log2 */
+};
+
+/* Key of format_clusters: a qcow2 metadata cluster of a disk. */
+struct format_cluster {
+	u32 slot;
+	u32 pad;
+	u64 cluster;
+};
+
+/* Key of aio_pending: a user-space iocb of a process. */
+struct aio_key {
+	u64 iocb;
+	u32 tgid;
+	u32 pad;
+};
+
+/* Value of aio_calls: an io_submit(2) in progress. */
+struct aio_call {
+	u64 iocbpp;
+	u64 nr;
+};
+
+/* Value of registration: what the kernel says of one of the exporter's fds. */
+struct registration {
+	u64 inode; /* struct inode *, the image's key */
+	u64 sb;	   /* struct super_block *, for the fentry programs' first filter */
+};
+
+/* Image inode (kernel address) -> disk slot. Written by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_IMAGES);
+	__type(key, u64);
+	__type(value, u32);
+} disk_by_inode SEC(".maps");
+
+/* Disk slot -> counters and histograms; read at scrape. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_DISKS);
+	__type(key, u32);
+	__type(value, struct counters);
+} disk_stats SEC(".maps");
+
+/* Disk slot -> submission-order state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_DISKS);
+	__type(key, u32);
+	__type(value, struct seek_state);
+} disk_seek SEC(".maps");
+
+/* Disk slot -> configuration from user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_DISKS);
+	__type(key, u32);
+	__type(value, struct image_config);
+} disk_config SEC(".maps");
+
+/* qcow2 metadata clusters per disk, from the image's L1 and refcount tables. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FORMAT_CLUSTERS);
+	__type(key, struct format_cluster);
+	__type(value, u8);
+} format_clusters SEC(".maps");
+
+/* Processes whose requests are followed (VMM tgids); all when track_all_tasks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_DISKS);
+	__type(key, u32);
+	__type(value, u8);
+} vmm_tgids SEC(".maps");
+
+
+/* io_uring requests in flight, by struct io_kiocb. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, u64);
+	__type(value, struct inflight);
+} inflight_uring SEC(".maps");
+
+/* linux-aio requests submitted but not yet in direct I/O, by (tgid, user iocb). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, struct aio_key);
+	__type(value, struct inflight);
+} aio_pending SEC(".maps");
+
+/* linux-aio requests in direct I/O, by struct kiocb. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, u64);
+	__type(value, struct inflight);
+} inflight_aio SEC(".maps");
+
+/* Threads inside io_submit(2) of a followed process: the call's iocb array. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, u64);
+	__type(value, struct aio_call);
+} aio_calls SEC(".maps");
+
+/* Images being registered at once (one discovery round's new files). */
+#define MAX_REGISTRATIONS 4096
+
+/* The exporter's fd -> its inode and super block, filled by register_image. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_REGISTRATIONS);
+	__type(key, u32);
+	__type(value, struct registration);
+} registrations SEC(".maps");
+
+/* The exporter's own tgid: only its fds are registered. */
+volatile const u32 self_tgid = 0;
+/*
+ * The process whose requests are never the VM's: the exporter itself, whose
+ * image checks (format, guest file system, qcow2 tables) read the images.
+ * User space sets it to self_tgid; only the probe package's own tests,
+ * which play the VM from the same process, leave it at 0.
+ */
+volatile const u32 excluded_tgid = 0;
+/*
+ * linux-aio requests in inflight_aio: while none are, direct I/O
+ * completions skip the lookup. An entry the LRU evicts leaves the count
+ * high, which only costs that lookup.
+ */
+u64 aio_in_direct_io = 0;
+/* Set by user space when a tracked disk has no known VMM process (static config without pid). */
+u32 track_all_tasks = 0;
+
+/* File flags (include/uapi/asm-generic/fcntl.h) and per-call flags (include/uapi/linux/fs.h). */
+#define O_DSYNC 00010000
+#define __O_SYNC 04000000
+#define RWF_DSYNC 0x2
+#define RWF_SYNC 0x4
+/* include/linux/fs.h: IOCB_DSYNC/IOCB_SYNC equal RWF_DSYNC/RWF_SYNC since v5.19 (commit ce71bfea207b). */
+#define IOCB_DSYNC RWF_DSYNC
+#define IOCB_SYNC RWF_SYNC
+/* include/uapi/linux/falloc.h */
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#define FALLOC_FL_ZERO_RANGE 0x10
+/* include/uapi/linux/io_uring.h opcodes (UAPI, fixed). */
+#define IORING_OP_READV 1
+#define IORING_OP_WRITEV 2
+#define IORING_OP_FSYNC 3
+#define IORING_OP_READ_FIXED 4
+#define IORING_OP_WRITE_FIXED 5
+#define IORING_OP_READ 22
+#define IORING_OP_WRITE 23
+/* io_uring/io_uring.h: REQ_F_FIXED_FILE is bit 0 of io_kiocb.flags. */
+#define REQ_F_FIXED_FILE 1ULL
+
+/*
+ * Flags of struct kiocb.ki_flags (include/linux/fs.h). v5.19 renumbered them
+ * (commit ce71bfea207b) so that IOCB_DSYNC/IOCB_SYNC/IOCB_NOWAIT equal the
+ * RWF_* flags; user space sets the older values on older kernels.
+ */
+volatile const u32 iocb_dsync = 0x2 | 0x4; /* IOCB_DSYNC | IOCB_SYNC */
+volatile const u32 iocb_nowait = 0x8;      /* IOCB_NOWAIT */
+/* include/uapi/asm-generic/fcntl.h (x86): the file is open for direct I/O. */
+#define O_DIRECT 00040000
+/* include/linux/sched.h: the thread is an io_uring worker (iou-wrk), v5.12+. */
+#define PF_IO_WORKER 0x00000010
+/* include/linux/errno.h: the request was queued and completes elsewhere. */
+#define EIOCBQUEUED 529
+/* The file system goes on with a direct request another way: buffered (-ENOTBLK) or retried (-EAGAIN). */
+#define ENOTBLK 15
+#define EAGAIN 11
+
+/*
+ * The kernel's completion callbacks of asynchronous kiocbs (fs/aio.c
+ * aio_complete_rw, io_uring/rw.c io_complete_rw and io_complete_rw_iopoll),
+ * from /proc/kallsyms at load; 0 when the kernel hides its addresses, and
+ * then an asynchronous request that is not io_uring's counts as linux-aio.
+ */
+volatile const u64 aio_complete_fn = 0;
+volatile const u64 io_uring_complete_fn = 0;
+volatile const u64 io_uring_iopoll_fn = 0;
+
+/*
+ * The file-system hooks of the fentry and tracepoint modes run for every
+ * read, write, flush and fallocate of every file on the host's ext4, XFS
+ * and Btrfs file systems. Most are not on a tracked image: they leave after
+ * comparing the file's super block with this short list, before any map
+ * lookup. With more super blocks than slots the first filter is off and
+ * every file takes the inode lookup. Written by user space.
+ */
+#define SB_FILTER_SLOTS 16
+u64 tracked_sbs[SB_FILTER_SLOTS] = {};
+u32 tracked_sb_count = 0;
+
+static __always_inline bool sb_tracked(u64 sb)
+{
+	u32 n = tracked_sb_count, i;
+
+	if (n > SB_FILTER_SLOTS)
+		return true;
+	for (i = 0; i < SB_FILTER_SLOTS; i++) {
+		if (i >= n)
+			break;
+		if (tracked_sbs[i] == sb)
+			return true;
+	}
+	return false;
+}
+
+/* The disk slot of an inode (a BTF pointer), super block first, then the inode. */
+static __always_inline u32 *inode_slot(struct inode *inode)
+{
+	u64 key = (u64)inode;
+
+	if (!sb_tracked((u64)inode->i_sb))
+		return NULL;
+	return bpf_map_lookup_elem(&disk_by_inode, &key);
+}
+
+/* include/linux/sched.h: a kernel thread (kworkers completing direct I/O run file-system calls too). */
+#define PF_KTHREAD 0x00200000
+
+/*
+ * Is a request of the current thread the VM's? Never the exporter's own;
+ * when every process is followed (a disk without a known VMM), not a
+ * kernel thread's either.
+ */
+static __always_inline bool task_followed(u32 tgid)
+{
+	struct task_struct *task;
+
+	if (tgid == excluded_tgid)
+		return false;
+	if (!track_all_tasks)
+		return bpf_map_lookup_elem(&vmm_tgids, &tgid) != NULL;
+	task = bpf_get_current_task_btf();
+	return !(task->flags & PF_KTHREAD);
+}
+
+/*
+ * The struct file behind fd in the current task's file table. The task is
+ * a BTF pointer, so the walk to the table is plain loads; only the array
+ * slot and the file need probe reads.
+ */
+static __always_inline struct file *fd_file(u32 fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	struct file *f = NULL;
+
+	if (fd >= fdt->max_fds)
+		return NULL;
+	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
+	return f;
+}
+
+/* The disk slot of a file, or NULL when the file is not a tracked image. */
+static __always_inline u32 *file_slot(struct file *f)
+{
+	u64 inode;
+
+	if (!f)
+		return NULL;
+	inode = (u64)BPF_CORE_READ(f, f_inode);
+	return bpf_map_lookup_elem(&disk_by_inode, &inode);
+}
+
+/*
+ * Signed seek distance buckets. Magnitudes step by 4x from 4 KiB to 64 GiB
+ * (4K, 16K, 64K, 256K, 1M ...):
+ * B_k = 4096 * 4^k, k = 0..12. Slots and their upper bounds (le):
+ *   0..12  le = -B_(12-slot)   (|d| in [B_k, B_k+1), the farthest first)
+ *   13     le = -1             (-4 KiB < d < 0)
+ *   14     le = 0              (d == 0: exactly sequential)
+ *   15..27 le = B_(slot-15)    (d in (B_k-1, B_k])
+ *   28     +Inf
+ */
+static __always_inline u32 seek_bucket(s64 d)
+{
+	u64 a;
+	u32 k;
+
+	if (d == 0)
+		return 14;
+	if (d < 0) {
+		a = -d;
+		if (a < 4096)
+			return 13;
+		k = (log2_u64(a) - 12) / 2; /* largest k with B_k <= a */
+		return k > 12 ? 0 : 12 - k;
+	}
+	a = d;
+	if (a <= 4096)
+		return 15;
+	k = (log2_u64(a - 1) + 1 - 12 + 1) / 2; /* smallest k with a <= B_k */
+	return k > 12 ? 28 : 15 + k;
+}
+
+static __always_inline u64 abs_s64(s64 v)
+{
+	return v < 0 ? -v : v;
+}
+
+/* Is this request on a qcow2 metadata cluster of its disk? */
+static __always_inline bool format_metadata(u32 slot, u64 pos)
+{
+	struct image_config *cfg = bpf_map_lookup_elem(&disk_config, &slot);
+	struct format_cluster key = {};
+
+	if (!cfg || !(cfg->flags & DISK_QCOW2) || cfg->cluster_bits < 9 || cfg->cluster_bits > 21)
+		return false;
+	key.slot = slot;
+	key.cluster = pos >> (cfg->cluster_bits & 31);
+	return bpf_map_lookup_elem(&format_clusters, &key) != NULL;
+}
+
+/*
+ * Account a request at submission: shape histograms, sequential/random,
+ * synchronous writes, outstanding count and inter-arrival. Fills rec.
+ * Returns false if the request is not to be followed further.
+ */
+static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 pos, u64 len,
+				   u8 iface, bool dsync)
+{
+	struct counters *st;
+	struct seek_state *sk;
+	u64 now = bpf_ktime_get_ns(), prev, best = ~0ULL, end = pos + len, n;
+	s64 d, dbest = 0;
+	u32 i, dir;
+
+	st = bpf_map_lookup_elem(&disk_stats, &slot);
+	sk = bpf_map_lookup_elem(&disk_seek, &slot);
+	if (!st || !sk) {
+		drop(DROP_BAD_SLOT);
+		return false;
+	}
+	rec->start_ns = now;
+	rec->len = len;
+	rec->slot = slot;
+	rec->op = op;
+	rec->format = 0;
+	rec->shadow = 0;
+	rec->timed = 1;
+
+	if ((op == OP_READ || op == OP_WRITE) && format_metadata(slot, pos)) {
+		rec->format = 1;
+		return true;
+	}
+
+	inc(&st->submissions[bounded(iface, IFACE_SLOTS - 1)], 1);
+	n = inc(&sk->inflight, 1) + 1;
+	inc(&st->outstanding[pow2_bucket(n, QD_SLOTS)], 1);
+	inc(&st->outstanding_sum, n);
+	prev = sk->last_submit_ns;
+	sk->last_submit_ns = now;
+	if (prev && now > prev) {
+		inc(&st->interarrival[pow2_bucket((now - prev + 999) / 1000, IAT_SLOTS)], 1);
+		inc(&st->interarrival_sum_ns, now - prev);
+	}
+
+	if (op == OP_FLUSH) {
+		n = __sync_lock_test_and_set(&sk->writes_since_flush, 0);
+		if (n > 0 && n <= SYNC_EPOCH_MAX)
+			inc(&st->sync_writes[SYNC_FLUSH], n);
+		return true;
+	}
+	if (op != OP_READ && op != OP_WRITE)
+		return true;
+	dir = bounded(op, 1);
+
+	inc(&st->size[dir][pow2_bucket((len + 511) / 512, SIZE_SLOTS)], 1);
+	inc(&st->size_sum[dir], len);
+	if (op == OP_WRITE) {
+		if (dsync)
+			inc(&st->sync_writes[SYNC_DSYNC], 1);
+		else
+			inc(&sk->writes_since_flush, 1);
+	}
+
+	/*
+	 * Sequential rule: the request starts within its own length of the end
+	 * of one of the last 16 requests on the disk. Distance 0 is a strict
+	 * continuation; up to one request length absorbs the reordering of
+	 * concurrent workers (request N+1 entering before N). The first request
+	 * on a disk has no history and counts as random.
+	 */
+	n = sk->recent_count;
+	for (i = 0; i < SEEK_HISTORY; i++) {
+		if (i >= n)
+			break;
+		d = (s64)(pos - sk->recent_end[i]);
+		if (abs_s64(d) < best) {
+			best = abs_s64(d);
+			dbest = d;
+		}
+	}
+	if (n > 0) {
+		d = (s64)(pos - sk->last_end);
+		inc(&st->seek_prev[seek_bucket(d)], 1);
+		inc(&st->seek_prev_sum, d);
+		inc(&st->seek_near[seek_bucket(dbest)], 1);
+		inc(&st->seek_near_sum, dbest);
+	}
+	if (n > 0 && best <= len)
+		inc(&st->sequential[dir], 1);
+	else
+		inc(&st->random[dir], 1);
+
+	sk->last_end = end;
+	i = inc(&sk->recent_count, 1);
+	sk->recent_end[i & (SEEK_HISTORY - 1)] = end;
+	return true;
+}
+
+/* Account a completion: ret is bytes done (>= 0) or a negative errno. */
+static __always_inline void complete(struct inflight *rec, s64 ret)
+{
+	u32 slot = rec->slot;
+	u8 op = rec->op;
+	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
+	struct seek_state *sk = bpf_map_lookup_elem(&disk_seek, &slot);
+	u64 lat, bytes;
+
+	if (!st || !sk || op >= OP_MAX)
+		return;
+	if (rec->format) {
+		if (ret > 0 && op < 2) {
+			inc(&st->format_requests[op & 1], 1);
+			inc(&st->format_bytes[op & 1], ret);
+		}
+		return;
+	}
+	inc(&sk->inflight, -1);
+	if (ret < 0) {
+		inc(&st->errors[op], 1);
+		return;
+	}
+	/* fallocate returns 0: its bytes are the range it covered. */
+	bytes = (op == OP_READ || op == OP_WRITE) ? (u64)ret : (op == OP_FLUSH ? 0 : rec->len);
+	inc(&st->requests[op], 1);
+	inc(&st->bytes[op], bytes);
+	/* A hook that sees only the submission counts the request, untimed. */
+	if (!rec->timed)
+		return;
+	lat = bpf_ktime_get_ns() - rec->start_ns;
+	inc(&st->latency_sum_ns[op], lat);
+	inc(&st->latency[op][pow2_bucket((lat + 999) / 1000, LAT_SLOTS)], 1);
+}
+
+struct iov_sum {
+	const struct iovec *vec;
+	u64 total;
+};
+
+static long iov_sum_one(u64 i, void *data)
+{
+	struct iov_sum *s = data;
+	struct iovec v = {};
+
+	if (bpf_probe_read_user(&v, sizeof(v), &s->vec[i]))
+		return 1;
+	s->total += v.iov_len;
+	return 0;
+}
+
+/* Bytes described by a user iovec array. */
+static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
+{
+	struct iov_sum s = { .vec = vec };
+
+	if (vlen > MAX_IOV) {
+		drop(DROP_IOV_TOO_LONG);
+		return 0;
+	}
+	bpf_loop(vlen, iov_sum_one, &s, 0);
+	return s.total;
+}
+
+/* Park a submitted synchronous call on an image inode in the thread's storage until its exit. */
+static __always_inline struct io_task *call_park(struct inflight *rec, u64 inode, u64 key)
+{
+	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0,
+						 BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	if (!t) {
+		drop(DROP_INFLIGHT_FULL);
+		return NULL;
+	}
+	t->call = *rec;
+	t->key = key;
+	t->inode = inode;
+	t->dirtied = 0;
+	t->cause = 0;
+	return t;
+}
+
+/*
+ * A flush on an image opens its host file system's flush window: the
+ * journal threads' writes while it is open are what the flush waits for.
+ * Keyed by the super block's dev_t, which is the block device's for ext4
+ * and XFS; Btrfs (an anonymous dev_t) writes its log tree in the flushing
+ * thread itself, which host.bpf.c charges exactly.
+ */
+static __always_inline void flush_window_open(struct inflight *rec, struct file *f)
+{
+	struct flush_window *w, fresh = {};
+	u32 dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+
+	rec->dev = dev;
+	w = bpf_map_lookup_elem(&flush_windows, &dev);
+	if (!w) {
+		fresh.start_ns = rec->start_ns;
+		fresh.slot = rec->slot;
+		fresh.waiters = 1;
+		if (bpf_map_update_elem(&flush_windows, &dev, &fresh, BPF_NOEXIST) == 0)
+			return;
+		w = bpf_map_lookup_elem(&flush_windows, &dev);
+		if (!w)
+			return;
+	}
+	/* A window left open by a thread that died in its flush starts afresh. */
+	if (rec->start_ns - w->start_ns > FLUSH_WINDOW_MAX_NS)
+		w->waiters = 0;
+	w->start_ns = rec->start_ns;
+	w->slot = rec->slot;
+	inc(&w->waiters, 1);
+}
+
+static __always_inline void flush_window_close(u32 dev)
+{
+	struct flush_window *w = bpf_map_lookup_elem(&flush_windows, &dev);
+
+	if (w && w->waiters > 0)
+		inc(&w->waiters, -1);
+}
+
+/* A read or write of ret > 0 bytes that bypassed the host page cache. */
+static __always_inline void cache_direct(struct counters *st, u8 op, s64 ret)
+{
+	if (op == OP_READ) {
+		inc(&st->cache_reads[CACHE_DIRECT], 1);
+		inc(&st->cache_read_bytes[CACHE_DIRECT], ret);
+	} else if (op == OP_WRITE) {
+		inc(&st->cache_write_bytes[CACHE_DIRECT], ret);
+	}
+}
+
+/* What the host page cache did for a synchronous read or write that moved ret > 0 bytes. */
+static __always_inline void cache_account(struct io_task *t, s64 ret)
+{
+	u32 slot = t->call.slot;
+	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
+	u64 dirtied;
+	u32 r;
+
+	if (!st || t->call.format)
+		return;
+	if (t->cause & CAUSE_DIRECT) {
+		cache_direct(st, t->call.op, ret);
+		return;
+	}
+	if (t->call.op == OP_READ) {
+		r = (t->cause & CAUSE_DEVICE_READ) ? CACHE_MISS : CACHE_HIT;
+		inc(&st->cache_reads[r], 1);
+		inc(&st->cache_read_bytes[r], ret);
+		return;
+	}
+	/* A partial-page write dirties a whole page: cap at the bytes written. */
+	dirtied = t->dirtied < (u64)ret ? t->dirtied : (u64)ret;
+	inc(&st->cache_write_bytes[CACHE_MISS], dirtied);
+	inc(&st->cache_write_bytes[CACHE_HIT], ret - dirtied);
+}
+
+/* A synchronous call ended with ret: count it, unless another program does, and clear it. */
+static __always_inline void call_finish(struct io_task *t, s64 ret)
+{
+	if (!t->call.shadow) {
+		complete(&t->call, ret);
+		if (ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
+			cache_account(t, ret);
+	}
+	if (t->call.dev)
+		flush_window_close(t->call.dev);
+	t->call.start_ns = 0;
+}
+
+/*
+ * Requests seen where they reach the file system (the fentry and tracepoint
+ * modes). The hook hands over the kernel's own kiocb, so file, position and
+ * flags are the same whichever system call or ring carried the request.
+ */
+
+/* How an asynchronous read or write was submitted. */
+static __always_inline u8 kiocb_iface(struct kiocb *iocb)
+{
+	u64 fn = (u64)iocb->ki_complete;
+	struct task_struct *task;
+
+	if (fn == io_uring_complete_fn || fn == io_uring_iopoll_fn)
+		return IFACE_IO_URING;
+	if (fn == aio_complete_fn)
+		return IFACE_LINUX_AIO;
+	task = bpf_get_current_task_btf();
+	return (task->flags & PF_IO_WORKER) ? IFACE_IO_URING : IFACE_LINUX_AIO;
+}
+
+/* The interface of a flush or fallocate, which carry no kiocb: io_uring runs them in its workers. */
+static __always_inline u8 task_iface(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	return (task->flags & PF_IO_WORKER) ? IFACE_IO_URING : IFACE_SYSCALL;
+}
+
+/*
+ * A read or write of len bytes reached the file system. A synchronous call
+ * is parked in the thread's storage until its end (rw_exit, or iomap's
+ * completion in the tracepoint mode); a linux-aio request in inflight_aio by
+ * kiocb until it completes, wherever that is. io_uring's requests are
+ * counted by the io_uring tracepoints: here they only mark the thread's
+ * direct I/O for the host programs. A direct write that XFS retries under
+ * another lock reaches here twice and is submitted once.
+ */
+static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
+{
+	struct file *f = iocb->ki_filp;
+	struct inode *inode = f->f_inode;
+	u64 kio = (u64)iocb, id;
+	struct inflight rec = {};
+	struct io_task *t;
+	bool direct, dsync;
+	u32 *slot;
+
+	slot = inode_slot(inode);
+	if (!slot)
+		return;
+	id = bpf_get_current_pid_tgid();
+	if (!task_followed(id >> 32))
+		return;
+	direct = f->f_flags & O_DIRECT;
+	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t && direct)
+		t->dio_owner = *slot + 1;
+	if (!iocb->ki_complete) {
+		if (!t) {
+			drop(DROP_INFLIGHT_FULL);
+			return;
+		}
+		if (t->call.start_ns && t->key == (u64)iocb && (t->cause & CAUSE_RETRY)) {
+			t->cause &= ~CAUSE_RETRY;
+			return;
+		}
+		if (!submit(&rec, *slot, op, iocb->ki_pos, len, IFACE_SYSCALL, dsync))
+			return;
+		t->call = rec;
+		t->key = kio;
+		t->inode = (u64)inode;
+		t->dirtied = 0;
+		t->cause = direct ? CAUSE_DIRECT : 0;
+		return;
+	}
+	if (bpf_map_lookup_elem(&inflight_uring, &kio) || bpf_map_lookup_elem(&inflight_aio, &kio))
+		return;
+	if (!submit(&rec, *slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync))
+		return;
+	rec.tgid = id >> 32;
+	if (bpf_map_update_elem(&inflight_aio, &kio, &rec, BPF_NOEXIST)) {
+		drop(DROP_INFLIGHT_FULL);
+		return;
+	}
+	inc(&aio_in_direct_io, 1);
+}
+
+/* A request in inflight_aio completed with res (bytes or -errno); direct: through iomap direct I/O. */
+static __always_inline void aio_done(struct inflight *rec, u64 kio, s64 res, bool direct)
+{
+	u32 slot = rec->slot;
+	struct counters *st;
+
+	complete(rec, res);
+	/* Direct I/O bypassed the host page cache. */
+	if (res > 0 && !rec->format && direct) {
+		st = bpf_map_lookup_elem(&disk_stats, &slot);
+		if (st)
+			cache_direct(st, rec->op, res);
+	}
+	if (bpf_map_delete_elem(&inflight_aio, &kio) == 0 && aio_in_direct_io)
+		inc(&aio_in_direct_io, -1);
+}
+
+/*
+ * A request the hook sees only at submission (tracepoints that fire as the
+ * file system starts it): counted as done with its length, untimed.
+ */
+static __always_inline void request_untimed(u32 slot, u8 op, u64 pos, u64 len, u8 iface, bool dsync)
+{
+	struct inflight rec = {};
+
+	if (!submit(&rec, slot, op, pos, len, iface, dsync))
+		return;
+	rec.timed = 0;
+	complete(&rec, (op == OP_READ || op == OP_WRITE) ? (s64)len : 0);
+}
+
+/*
+ * A flush of a file reached the file system (vfs_fsync_range, or a file
+ * system's fsync tracepoint). Not followed when the thread is inside a
+ * write on the same image: that is the sync an O_DSYNC write does for
+ * itself. io_uring's flushes run in its workers and are counted by its
+ * tracepoints; the worker is only marked, so that the flush's device writes
+ * are still charged to the disk.
+ */
+static __always_inline void flush_enter(struct file *f)
+{
+	struct inode *inode = f->f_inode;
+	struct inflight rec = {};
+	struct io_task *t;
+	u32 *slot;
+
+	slot = inode_slot(inode);
+	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+		return;
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t) {
+		drop(DROP_INFLIGHT_FULL);
+		return;
+	}
+	if (t->call.start_ns && t->call.op == OP_WRITE && t->inode == (u64)inode)
+		return;
+	if (task_iface() == IFACE_IO_URING) {
+		rec.start_ns = bpf_ktime_get_ns();
+		rec.slot = *slot;
+		rec.op = OP_FLUSH;
+		rec.shadow = 1;
+	} else if (!submit(&rec, *slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false)) {
+		return;
+	}
+	if (!rec.format)
+		flush_window_open(&rec, f);
+	t->call = rec;
+	t->key = (u64)inode;
+	t->inode = (u64)inode;
+	t->dirtied = 0;
+	t->cause = 0;
+}
+
+/* The end of a flush or fallocate call on inode, with its result. */
+static __always_inline void inode_call_exit(struct inode *inode, s64 ret)
+{
+	struct io_task *t;
+
+	if (!sb_tracked((u64)inode->i_sb))
+		return;
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t || !t->call.start_ns || t->key != (u64)inode || t->call.op < OP_FLUSH)
+		return;
+	call_finish(t, ret);
+}
+
+/* fallocate(2) modes (include/uapi/linux/falloc.h) as the op they carry out for QEMU. */
+static __always_inline u8 fallocate_op(u32 mode)
+{
+	if (mode & FALLOC_FL_PUNCH_HOLE)
+		return OP_DISCARD;
+	if (mode & FALLOC_FL_ZERO_RANGE)
+		return OP_WRITE_ZEROES;
+	return OP_ALLOCATE;
+}
+
+#endif /* FSPAIR_DISK_H */
