@@ -89,6 +89,13 @@ type Device struct {
 	btrfsFSID *[16]byte
 }
 
+// ImageProblem is a discovered disk whose image file could not be opened,
+// identified or tracked, and why.
+type ImageProblem struct {
+	discovery.Disk
+	Err error
+}
+
 // Discoverer finds the disks.
 type Discoverer interface {
 	Discover(ctx context.Context) (*discovery.Result, error)
@@ -150,6 +157,7 @@ type Stats struct {
 	SourceDisks     map[string]int    // disks found, by source
 	ErrorsTotal     map[string]uint64 // cumulative discovery errors, by source
 	ImageErrors     uint64            // cumulative failures to open/identify/track an image
+	ImageProblems   []ImageProblem    // those failures in the last refresh, in discovery order
 	RefreshFailures map[string]uint64 // cumulative failed refreshes of tracked images, by reason (Refresh*)
 	Untrackable     int               // disks beyond the slot limit in the last refresh
 	LimitReached    uint64            // refreshes that hit the slot limit
@@ -239,15 +247,16 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		return fmt.Errorf("discover disks: %w", err)
 	}
 	seen := map[fileID]bool{}
-	var imageErrs uint64
+	var problems []ImageProblem
 	untrackable := 0
 	for _, d := range res.Disks {
 		id, err := statID(imagePath(d))
 		if err != nil {
 			// A VM that stops between discovery and here, or a path
-			// the exporter cannot see: skip it this round.
+			// the exporter cannot see: skip it this round. Logged at
+			// debug only, as it recurs every round; --check lists it.
 			inv.log.Debug("stat image", "file", d.SourceFile, "err", err)
-			imageErrs++
+			problems = append(problems, ImageProblem{d, err})
 			continue
 		}
 		if seen[id] {
@@ -263,14 +272,18 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			}
 			if err != nil {
 				inv.log.Warn("track disk", "domain", d.Domain, "file", d.SourceFile, "err", err)
-				imageErrs++
+				problems = append(problems, ImageProblem{d, err})
 				continue
+			}
+			if e.lastError != nil {
+				// Tracked, but its bytes could not be read to identify it.
+				problems = append(problems, ImageProblem{d, e.lastError})
 			}
 		}
 		e.Disk.Disk = d
 		if time.Since(e.identAt) >= inv.opts.ImageRefresh {
 			if err := inv.identify(e); err != nil {
-				imageErrs++
+				problems = append(problems, ImageProblem{d, err})
 			}
 		} else {
 			// qcow2 allocates metadata as the guest writes: re-read the
@@ -300,7 +313,8 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			inv.stats.ErrorsTotal[src]++
 		}
 	}
-	inv.stats.ImageErrors += imageErrs
+	inv.stats.ImageErrors += uint64(len(problems))
+	inv.stats.ImageProblems = problems
 	inv.stats.Untrackable = untrackable
 	if untrackable > 0 {
 		inv.stats.LimitReached++
@@ -328,12 +342,29 @@ func imagePath(d discovery.Disk) string {
 func statID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		return fileID{}, err
+		return fileID{}, fmt.Errorf("stat image %s: %w", path, err)
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fileID{}, fmt.Errorf("%s is not a regular file", path)
+	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG {
+		return fileID{}, fmt.Errorf("%s: %s, not a regular file (fspair follows image files only)", path, fileType(t))
 	}
 	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// fileType names a file type (the S_IFMT bits of st_mode).
+func fileType(t uint32) string {
+	switch t {
+	case syscall.S_IFDIR:
+		return "a directory"
+	case syscall.S_IFIFO:
+		return "a named pipe"
+	case syscall.S_IFCHR:
+		return "a character device"
+	case syscall.S_IFBLK:
+		return "a block device"
+	case syscall.S_IFSOCK:
+		return "a socket"
+	}
+	return fmt.Sprintf("file type %#o", t)
 }
 
 // add opens, identifies and registers a new disk.
@@ -413,6 +444,7 @@ func (inv *Inventory) identify(e *entry) error {
 		inv.log.Warn("identify image", "file", e.SourceFile, "err", err)
 		return err
 	}
+	e.lastError = nil
 	e.ImageFormat = info.Format
 	e.VirtualSize = info.VirtualSize
 	e.GuestFS, e.GuestFSSource = info.GuestFS, "image"

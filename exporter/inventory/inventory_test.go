@@ -302,3 +302,43 @@ func TestRemoveDropsFormatClusters(t *testing.T) {
 		t.Errorf("%d metadata clusters of the gone disk left in slot %d", n, slot)
 	}
 }
+
+// TestImageProblems: each discovered image file that cannot be tracked is
+// reported for the round with its reason, the file type named.
+func TestImageProblems(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.img")
+	if err := os.WriteFile(raw, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "pipe.img")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	disk := func(domain, file string) discovery.Disk {
+		return discovery.Disk{Domain: domain, TargetDevice: "vda", SourceFile: file, Source: discovery.SourceStatic}
+	}
+	disc := &fakeDiscoverer{disks: []discovery.Disk{
+		disk("a-raw", raw), disk("b-pipe", fifo), disk("c-dir", dir), disk("d-gone", filepath.Join(dir, "gone.img")),
+	}}
+	inv := New(newFakeProber(), disc, Options{})
+	for round := 1; round <= 2; round++ {
+		if err := inv.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		st := inv.Stats()
+		if len(inv.Disks()) != 1 || st.ImageErrors != uint64(3*round) {
+			t.Errorf("round %d: %d disks tracked, %d image errors; want 1 and %d", round, len(inv.Disks()), st.ImageErrors, 3*round)
+		}
+		want := map[string]string{"b-pipe": "a named pipe, not a regular file", "c-dir": "a directory, not a regular file",
+			"d-gone": "no such file or directory"}
+		if len(st.ImageProblems) != len(want) {
+			t.Errorf("round %d: problems %v, want %d", round, st.ImageProblems, len(want))
+		}
+		for _, p := range st.ImageProblems {
+			if w, ok := want[p.Domain]; !ok || !strings.Contains(p.Err.Error(), w) || !strings.Contains(p.Err.Error(), p.SourceFile) {
+				t.Errorf("round %d: problem %s: %v, want the file and %q", round, p.Domain, p.Err, w)
+			}
+		}
+	}
+}
