@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -259,53 +258,6 @@ func attached(p *probe.Probes) int {
 		}
 	}
 	return n
-}
-
-// check prints the probes and disks found and says whether all is well.
-func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) int {
-	ok := true
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	running, requested := probes.Mode()
-	fmt.Printf("probe mode: %s (asked for: %s)\n\n", running, requested)
-	fmt.Fprintln(w, "PROGRAM\tHOOK\tATTACHED\tERROR")
-	for _, pr := range probes.Programs() {
-		msg := ""
-		if pr.Err != nil {
-			msg = pr.Err.Error()
-			if !errors.Is(pr.Err, probe.ErrDenied) {
-				ok = false
-			}
-		}
-		fmt.Fprintf(w, "%s\t%s\t%v\t%s\n", pr.Name, pr.Hook, pr.Attached, msg)
-	}
-	w.Flush()
-	if err := inv.Refresh(ctx); err != nil {
-		fmt.Printf("discovery failed: %v\n", err)
-		return 1
-	}
-	st := inv.Stats()
-	fmt.Println()
-	for src, err := range st.SourceErrors {
-		if err != nil {
-			fmt.Printf("discovery source %s: %v\n", src, err)
-			ok = false
-		}
-	}
-	fmt.Fprintln(w, "DOMAIN\tTARGET\tFORMAT\tGUEST_FS\tHOST_FS\tHOST_DEVICE\tCACHE\tAIO\tSOURCE\tFILE")
-	for _, d := range inv.Disks() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Domain, d.TargetDevice, d.ImageFormat,
-			d.GuestFS, d.HostFS.FSType, d.HostFS.Device, d.Cache, d.AIO, d.Source, d.SourceFile)
-	}
-	w.Flush()
-	fmt.Printf("\n%d disks tracked, %d programs attached of %d\n", st.TrackedDisks, attached(probes), len(probes.Programs()))
-	if st.ImageErrors > 0 {
-		fmt.Printf("%d image files could not be opened or identified (see the log)\n", st.ImageErrors)
-		ok = false
-	}
-	if !ok {
-		return 1
-	}
-	return 0
 }
 
 // dropPrivileges keeps only keep, plus CAP_BPF where the kernel still

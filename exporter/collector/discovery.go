@@ -21,6 +21,10 @@ var (
 		"When the last discovery round finished.", nil, nil)
 	imageErrors = prometheus.NewDesc("fspair_image_errors_total",
 		"Failures to stat, open, identify or track a discovered image file.", nil, nil)
+	imageRefreshFailures = prometheus.NewDesc("fspair_image_refresh_failures_total",
+		"Discovery rounds in which refreshing a tracked image failed, by reason: qcow2_metadata (its qcow2 metadata layout "+
+			"could not be read; its metadata clusters are not told apart from guest data until it can), "+
+			"probe_update (the probes did not take the new layout).", []string{"reason"}, nil)
 	disksTracked = prometheus.NewDesc("fspair_disks_tracked",
 		"VM disks currently followed.", nil, nil)
 	disksMax = prometheus.NewDesc("fspair_disks_max",
@@ -65,6 +69,9 @@ func (c *DiscoveryCollector) Update(ch chan<- prometheus.Metric) error {
 		gauge(discoveryLast, float64(s.LastRefresh.UnixNano())/1e9)
 	}
 	ch <- prometheus.MustNewConstMetric(imageErrors, prometheus.CounterValue, float64(s.ImageErrors))
+	for reason, n := range s.RefreshFailures {
+		ch <- prometheus.MustNewConstMetric(imageRefreshFailures, prometheus.CounterValue, float64(n), reason)
+	}
 	gauge(disksTracked, float64(s.TrackedDisks))
 	gauge(disksMax, float64(s.MaxDisks))
 	gauge(disksOverLimit, float64(s.Untrackable))

@@ -22,7 +22,8 @@ type Info struct {
 	Format string
 	// FileSize is the size of the image file (or block device) in bytes.
 	FileSize int64
-	// VirtualSize is the size of the disk the guest sees, in bytes.
+	// VirtualSize is the size of the disk the guest sees, in bytes; 0 for
+	// a qcow2 image whose header was rejected (see below).
 	VirtualSize int64
 
 	// PartitionTable is TableNone, TableMBR, TableGPT or TableUnknown (a
@@ -59,7 +60,11 @@ type Info struct {
 	// bad primary GPT header or a looping extended partition chain.
 	Notes []string
 
-	// The remaining fields are set for qcow2 images only.
+	// The remaining fields, and VirtualSize for qcow2, are set for qcow2
+	// images whose header was accepted: valid, and with an L1 table that
+	// maps the virtual size. Encrypted images and images with an external
+	// data file have accepted headers (Reason says why their guest data
+	// was not read); for a rejected header only Format and Reason are set.
 
 	// Qcow2Version is 2 or 3.
 	Qcow2Version int
@@ -245,7 +250,12 @@ func detectFormat(h []byte) (format, why string) {
 func probeQcow2(b *budgetReader, size int64, info *Info) error {
 	info.Format = FormatQcow2
 	h, err := parseQcow2Header(b, size)
+	if err == nil {
+		err = h.validate()
+	}
 	if err != nil {
+		// A rejected header describes nothing: a virtual size taken
+		// from it would be exported as the disk's.
 		return reasonFor(info, err)
 	}
 	info.Qcow2Version = int(h.version)

@@ -460,32 +460,49 @@ func TestProbeQcow2Backing(t *testing.T) {
 	}
 }
 
+// TestProbeQcow2Rejections: a qcow2 header the probe rejects yields the
+// reason and nothing read from the header, above all no virtual size (a
+// rejected header claiming 1 TiB must not be exported as a 1 TiB disk). An
+// encrypted image or one with an external data file has a valid header whose
+// guest data cannot be read here: its header fields stand.
 func TestProbeQcow2Rejections(t *testing.T) {
 	base := buildQcow2(make([]byte, 4*mib), qcowOpts{}).data
-	set := func(off int, b ...byte) []byte {
+	type patch struct {
+		off int
+		b   []byte
+	}
+	set := func(patches ...patch) []byte {
 		d := append([]byte(nil), base...)
-		copy(d[off:], b)
+		for _, p := range patches {
+			copy(d[p.off:], p.b)
+		}
 		return d
 	}
+	at := func(off int, b ...byte) patch { return patch{off, b} }
+	tib := at(24, 0, 0, 1, 0, 0, 0, 0, 0) // virtual size 1 TiB
 	for _, tc := range []struct {
 		name   string
 		data   []byte
 		reason string
 		err    error
+		size   int64 // VirtualSize wanted
 	}{
-		{"aes", set(35, 1), ReasonEncQcow2, ErrEncrypted},
-		{"luks", set(35, 2), ReasonEncQcow2, ErrEncrypted},
-		{"data-file", set(79, incompatDataFile), "external data file", ErrUnsupported},
-		{"unknown-incompat", set(72, 0x80), "unknown incompatible features", ErrUnsupported},
-		{"zstd-flag-without-type", set(79, incompatCompression), "compression type", ErrCorrupt},
-		{"cluster-bits", set(23, 30), "cluster_bits 30", ErrCorrupt},
-		{"version", set(7, 9), "qcow version 9", ErrUnsupported},
-		{"l1-unaligned", set(47, 8), "l1_table_offset", ErrCorrupt},
-		{"l1-too-small", set(36, 0, 0, 0, 0), "cannot map", ErrCorrupt},
-		{"l1-too-large", set(36, 0xff, 0xff, 0xff, 0xff), "exceeds", ErrCorrupt},
-		{"header-length", set(100, 0, 0, 0, 99), "header_length 99", ErrCorrupt},
-		{"truncated", base[:60], "shorter than the header", ErrCorrupt},
-		{"huge-size", set(24, 0x7f), "virtual size", ErrCorrupt},
+		{"aes", set(at(35, 1)), ReasonEncQcow2, ErrEncrypted, 4 * mib},
+		{"luks", set(at(35, 2)), ReasonEncQcow2, ErrEncrypted, 4 * mib},
+		{"data-file", set(at(79, incompatDataFile)), "external data file", ErrUnsupported, 4 * mib},
+		{"unknown-incompat", set(at(72, 0x80)), "unknown incompatible features", ErrUnsupported, 0},
+		{"zstd-flag-without-type", set(at(79, incompatCompression)), "compression type", ErrCorrupt, 0},
+		{"cluster-bits", set(at(23, 30)), "cluster_bits 30", ErrCorrupt, 0},
+		{"version", set(at(7, 9)), "qcow version 9", ErrUnsupported, 0},
+		{"l1-unaligned", set(at(47, 8)), "l1_table_offset", ErrCorrupt, 0},
+		{"l1-too-small", set(at(36, 0, 0, 0, 0)), "cannot map", ErrCorrupt, 0},
+		{"l1-too-small-1tib", set(tib), "cannot map", ErrCorrupt, 0},
+		{"aes-l1-too-small-1tib", set(tib, at(35, 1)), "cannot map", ErrCorrupt, 0},
+		{"data-file-l1-too-small-1tib", set(tib, at(79, incompatDataFile)), "cannot map", ErrCorrupt, 0},
+		{"l1-too-large", set(at(36, 0xff, 0xff, 0xff, 0xff)), "exceeds", ErrCorrupt, 0},
+		{"header-length", set(at(100, 0, 0, 0, 99)), "header_length 99", ErrCorrupt, 0},
+		{"truncated", base[:60], "shorter than the header", ErrCorrupt, 0},
+		{"huge-size", set(at(24, 0x7f)), "virtual size", ErrCorrupt, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info, err := Probe(bytes.NewReader(tc.data), int64(len(tc.data)))
@@ -494,6 +511,13 @@ func TestProbeQcow2Rejections(t *testing.T) {
 			}
 			if info.Format != FormatQcow2 || info.GuestFS != FSUnknown || !strings.Contains(info.Reason, tc.reason) {
 				t.Errorf("format %q fs %q reason %q, want qcow2 unknown containing %q", info.Format, info.GuestFS, info.Reason, tc.reason)
+			}
+			if info.VirtualSize != tc.size {
+				t.Errorf("virtual size %d, want %d", info.VirtualSize, tc.size)
+			}
+			if tc.size == 0 && (info.Qcow2Version != 0 || info.ClusterSize != 0 || info.Encrypted) {
+				t.Errorf("fields of a rejected header: version %d, cluster size %d, encrypted %v",
+					info.Qcow2Version, info.ClusterSize, info.Encrypted)
 			}
 			if _, err := NewQcow2Reader(bytes.NewReader(tc.data), int64(len(tc.data))); !errors.Is(err, tc.err) {
 				t.Errorf("NewQcow2Reader error %v, want %v", err, tc.err)

@@ -294,30 +294,53 @@ func NewQcow2Reader(r io.ReaderAt, size int64) (*Qcow2Reader, error) {
 	return newQcow2Reader(r, size, h)
 }
 
+// l2EntrySize is the size of an L2 table entry: 8 bytes, or 16 with
+// extended L2 entries.
+func (h *qcowHeader) l2EntrySize() int64 {
+	if h.incompat&incompatExtL2 != 0 {
+		return 16
+	}
+	return 8
+}
+
+// validate checks what parseQcow2Header leaves for a reader to check: the
+// incompatible features and whether the L1 table can map the virtual size.
+// A header that fails it is rejected, and nothing read from it (the virtual
+// size above all) describes the image.
+func (h *qcowHeader) validate() error {
+	switch {
+	case h.incompat&^incompatKnown != 0:
+		return fmt.Errorf("%w: unknown incompatible features %#x", ErrUnsupported, h.incompat&^incompatKnown)
+	case h.incompat&incompatExtL2 != 0 && h.clusterBits < qcowExtL2MinBits:
+		return fmt.Errorf("%w: extended L2 entries with %d-byte clusters", ErrCorrupt, h.clusterSize())
+	case uint64(h.l1Size)*8 > qcowMaxL1Bytes:
+		return fmt.Errorf("%w: L1 table of %d entries exceeds %d bytes", ErrCorrupt, h.l1Size, qcowMaxL1Bytes)
+	}
+	cs := h.clusterSize()
+	perL2 := uint64(cs * (cs / h.l2EntrySize()))
+	if need := (h.size + perL2 - 1) / perL2; uint64(h.l1Size) < need {
+		return fmt.Errorf("%w: L1 table of %d entries cannot map %d bytes", ErrCorrupt, h.l1Size, h.size)
+	}
+	return nil
+}
+
+// newQcow2Reader returns a reader for an image whose header passed
+// parseQcow2Header. The header is validated first, so that an encrypted image
+// or one with an external data file (valid images whose guest data this
+// package cannot read) is told apart from a rejected one by the error.
 func newQcow2Reader(r io.ReaderAt, size int64, h *qcowHeader) (*Qcow2Reader, error) {
+	if err := h.validate(); err != nil {
+		return nil, err
+	}
 	switch {
 	case h.cryptMethod != 0:
 		return nil, fmt.Errorf("%w: crypt_method %d", ErrEncrypted, h.cryptMethod)
 	case h.incompat&incompatDataFile != 0:
 		return nil, fmt.Errorf("%w: external data file %q", ErrUnsupported, h.dataFile)
-	case h.incompat&^incompatKnown != 0:
-		return nil, fmt.Errorf("%w: unknown incompatible features %#x", ErrUnsupported, h.incompat&^incompatKnown)
-	case h.incompat&incompatExtL2 != 0 && h.clusterBits < qcowExtL2MinBits:
-		return nil, fmt.Errorf("%w: extended L2 entries with %d-byte clusters", ErrCorrupt, h.clusterSize())
 	}
-	q := &Qcow2Reader{r: r, fileSize: size, h: h, cs: h.clusterSize(), entrySize: 8}
-	if h.incompat&incompatExtL2 != 0 {
-		q.entrySize = 16
-	}
+	q := &Qcow2Reader{r: r, fileSize: size, h: h, cs: h.clusterSize(), entrySize: h.l2EntrySize()}
 	q.zeroFlag = h.version >= 3 && q.entrySize == 8
 	q.l2Entries = q.cs / q.entrySize
-	if uint64(h.l1Size)*8 > qcowMaxL1Bytes {
-		return nil, fmt.Errorf("%w: L1 table of %d entries exceeds %d bytes", ErrCorrupt, h.l1Size, qcowMaxL1Bytes)
-	}
-	perL2 := uint64(q.cs * q.l2Entries)
-	if need := (h.size + perL2 - 1) / perL2; uint64(h.l1Size) < need {
-		return nil, fmt.Errorf("%w: L1 table of %d entries cannot map %d bytes", ErrCorrupt, h.l1Size, h.size)
-	}
 	return q, nil
 }
 

@@ -30,6 +30,16 @@ import (
 // every slot was in use.
 var ErrLimit = errors.New("disk limit reached")
 
+// Reasons a refresh of a tracked image fails, the keys of
+// Stats.RefreshFailures.
+const (
+	// RefreshQcow2Metadata: the qcow2 metadata layout could not be read
+	// (the image truncated, or rewritten with a bad header).
+	RefreshQcow2Metadata = "qcow2_metadata"
+	// RefreshProbeUpdate: the probes did not take the new layout.
+	RefreshProbeUpdate = "probe_update"
+)
+
 // Disk is one VM disk as the collectors see it.
 type Disk struct {
 	discovery.Disk
@@ -80,6 +90,13 @@ type Device struct {
 	btrfsFSID *[16]byte
 }
 
+// ImageProblem is a discovered disk whose image file could not be opened,
+// identified or tracked, and why.
+type ImageProblem struct {
+	discovery.Disk
+	Err error
+}
+
 // Discoverer finds the disks.
 type Discoverer interface {
 	Discover(ctx context.Context) (*discovery.Result, error)
@@ -109,6 +126,9 @@ type entry struct {
 	clusters  []uint64
 	identAt   time.Time
 	lastError error
+	// layoutFailing is set while the qcow2 metadata layout cannot be
+	// read, so that the change is logged once, not every round.
+	layoutFailing bool
 }
 
 // Inventory is the current set of disks.
@@ -131,18 +151,20 @@ type Inventory struct {
 
 // Stats describes the last refresh, for the exporter's own metrics.
 type Stats struct {
-	Refreshes      uint64
-	LastRefresh    time.Time
-	LastDuration   time.Duration
-	SourceErrors   map[string]error  // by discovery source, from the last refresh
-	SourceDisks    map[string]int    // disks found, by source
-	ErrorsTotal    map[string]uint64 // cumulative discovery errors, by source
-	ImageErrors    uint64            // cumulative failures to open/identify/track an image
-	Untrackable    int               // disks beyond the slot limit in the last refresh
-	LimitReached   uint64            // refreshes that hit the slot limit
-	TrackedDisks   int
-	MaxDisks       int
-	FollowAllTasks bool
+	Refreshes       uint64
+	LastRefresh     time.Time
+	LastDuration    time.Duration
+	SourceErrors    map[string]error  // by discovery source, from the last refresh
+	SourceDisks     map[string]int    // disks found, by source
+	ErrorsTotal     map[string]uint64 // cumulative discovery errors, by source
+	ImageErrors     uint64            // cumulative failures to open/identify/track an image
+	ImageProblems   []ImageProblem    // those failures in the last refresh, in discovery order
+	RefreshFailures map[string]uint64 // cumulative failed refreshes of tracked images, by reason (Refresh*)
+	Untrackable     int               // disks beyond the slot limit in the last refresh
+	LimitReached    uint64            // refreshes that hit the slot limit
+	TrackedDisks    int
+	MaxDisks        int
+	FollowAllTasks  bool
 }
 
 // New returns an empty inventory.
@@ -165,6 +187,7 @@ func New(p Prober, d Discoverer, opts Options) *Inventory {
 		inv.freeDevices = append(inv.freeDevices, uint32(s))
 	}
 	inv.stats.ErrorsTotal = map[string]uint64{}
+	inv.stats.RefreshFailures = map[string]uint64{RefreshQcow2Metadata: 0, RefreshProbeUpdate: 0}
 	inv.stats.MaxDisks = p.MaxDisks()
 	return inv
 }
@@ -189,6 +212,7 @@ func (inv *Inventory) Stats() Stats {
 	defer inv.mu.RUnlock()
 	s := inv.stats
 	s.ErrorsTotal = maps(inv.stats.ErrorsTotal)
+	s.RefreshFailures = maps(inv.stats.RefreshFailures)
 	return s
 }
 
@@ -224,15 +248,16 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 		return fmt.Errorf("discover disks: %w", err)
 	}
 	seen := map[fileID]bool{}
-	var imageErrs uint64
+	var problems []ImageProblem
 	untrackable := 0
 	for _, d := range res.Disks {
 		id, err := statID(imagePath(d))
 		if err != nil {
 			// A VM that stops between discovery and here, or a path
-			// the exporter cannot see: skip it this round.
+			// the exporter cannot see: skip it this round. Logged at
+			// debug only, as it recurs every round; --check lists it.
 			inv.log.Debug("stat image", "file", d.SourceFile, "err", err)
-			imageErrs++
+			problems = append(problems, ImageProblem{d, err})
 			continue
 		}
 		if seen[id] {
@@ -248,14 +273,18 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			}
 			if err != nil {
 				inv.log.Warn("track disk", "domain", d.Domain, "file", d.SourceFile, "err", err)
-				imageErrs++
+				problems = append(problems, ImageProblem{d, err})
 				continue
+			}
+			if e.lastError != nil {
+				// Tracked, but its bytes could not be read to identify it.
+				problems = append(problems, ImageProblem{d, e.lastError})
 			}
 		}
 		e.Disk.Disk = d
 		if time.Since(e.identAt) >= inv.opts.ImageRefresh {
 			if err := inv.identify(e); err != nil {
-				imageErrs++
+				problems = append(problems, ImageProblem{d, err})
 			}
 		} else {
 			// qcow2 allocates metadata as the guest writes: re-read the
@@ -285,7 +314,8 @@ func (inv *Inventory) Refresh(ctx context.Context) error {
 			inv.stats.ErrorsTotal[src]++
 		}
 	}
-	inv.stats.ImageErrors += imageErrs
+	inv.stats.ImageErrors += uint64(len(problems))
+	inv.stats.ImageProblems = problems
 	inv.stats.Untrackable = untrackable
 	if untrackable > 0 {
 		inv.stats.LimitReached++
@@ -313,12 +343,29 @@ func imagePath(d discovery.Disk) string {
 func statID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		return fileID{}, err
+		return fileID{}, fmt.Errorf("stat image %s: %w", path, err)
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fileID{}, fmt.Errorf("%s is not a regular file", path)
+	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG {
+		return fileID{}, fmt.Errorf("%s: %s, not a regular file (fspair follows image files only)", path, fileType(t))
 	}
 	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// fileType names a file type (the S_IFMT bits of st_mode).
+func fileType(t uint32) string {
+	switch t {
+	case syscall.S_IFDIR:
+		return "a directory"
+	case syscall.S_IFIFO:
+		return "a named pipe"
+	case syscall.S_IFCHR:
+		return "a character device"
+	case syscall.S_IFBLK:
+		return "a block device"
+	case syscall.S_IFSOCK:
+		return "a socket"
+	}
+	return fmt.Sprintf("file type %#o", t)
 }
 
 // add opens, identifies and registers a new disk.
@@ -403,6 +450,7 @@ func (inv *Inventory) identify(e *entry) error {
 		inv.log.Warn("identify image", "file", e.SourceFile, "err", err)
 		return err
 	}
+	e.lastError = nil
 	e.ImageFormat = info.Format
 	e.VirtualSize = info.VirtualSize
 	e.GuestFS, e.GuestFSSource = info.GuestFS, "image"
@@ -432,15 +480,29 @@ func (e *entry) probeConfig() probe.ImageConfig {
 // so that the format's own I/O is told apart from the guest's.
 func (inv *Inventory) syncClusters(e *entry) {
 	if e.ImageFormat != diskimage.FormatQcow2 {
+		// Read as another format since (re-identified): what was handed
+		// as qcow2 metadata is not.
+		if len(e.clusters) == 0 {
+			return
+		}
+		if !inv.clearClusters(e) {
+			inv.countRefreshFailure(RefreshProbeUpdate)
+			return
+		}
+		if err := inv.prober.Configure(e.Slot, e.probeConfig()); err != nil {
+			inv.log.Warn("configure disk", "file", e.SourceFile, "err", err)
+			inv.countRefreshFailure(RefreshProbeUpdate)
+		}
 		return
 	}
 	fi, err := e.file.Stat()
 	if err != nil {
+		inv.layoutFailed(e, fmt.Errorf("stat image: %w", err))
 		return
 	}
 	layout, err := diskimage.Qcow2Metadata(e.file, fi.Size(), inv.opts.MaxFormatClusters)
 	if err != nil {
-		inv.log.Warn("qcow2 metadata layout", "file", e.SourceFile, "err", err)
+		inv.layoutFailed(e, err)
 		return
 	}
 	cs := uint64(layout.ClusterSize)
@@ -456,13 +518,59 @@ func (inv *Inventory) syncClusters(e *entry) {
 	}
 	if err := inv.prober.Configure(e.Slot, probe.ImageConfig{QCOW2: true, ClusterBits: bits}); err != nil {
 		inv.log.Warn("configure qcow2 disk", "file", e.SourceFile, "err", err)
+		inv.countRefreshFailure(RefreshProbeUpdate)
 		return
 	}
 	if err := inv.prober.SetFormatClusters(e.Slot, e.clusters, clusters); err != nil {
-		inv.log.Warn("qcow2 metadata clusters", "file", e.SourceFile, "err", err)
+		inv.log.Warn("set qcow2 metadata clusters", "file", e.SourceFile, "err", err)
+		inv.countRefreshFailure(RefreshProbeUpdate)
 		return
 	}
 	e.clusters = clusters
+	if e.layoutFailing {
+		e.layoutFailing = false
+		inv.log.Info("qcow2 metadata layout readable again", "file", e.SourceFile, "clusters", len(clusters))
+	}
+}
+
+// layoutFailed takes back the clusters handed to the probes for an image
+// whose qcow2 metadata layout cannot be read: the file may have been
+// truncated or rewritten, and left in place they would count the guest's
+// requests at those offsets as the format's. A read that raced with QEMU
+// moving a table (see diskimage.Qcow2Metadata) costs the same until the next
+// round, when the clusters are handed back. The change is logged at warn
+// once; while it lasts, each round is counted and logged at debug.
+func (inv *Inventory) layoutFailed(e *entry, err error) {
+	inv.countRefreshFailure(RefreshQcow2Metadata)
+	cleared := len(e.clusters)
+	if cleared > 0 && !inv.clearClusters(e) {
+		inv.countRefreshFailure(RefreshProbeUpdate)
+		cleared = 0
+	}
+	if e.layoutFailing {
+		inv.log.Debug("qcow2 metadata layout still unreadable", "file", e.SourceFile, "err", err, "clusters_cleared", cleared)
+		return
+	}
+	e.layoutFailing = true
+	inv.log.Warn("qcow2 metadata layout unreadable: its metadata clusters are cleared until it reads again",
+		"file", e.SourceFile, "err", err, "clusters_cleared", cleared)
+}
+
+// clearClusters takes every metadata cluster of the image back from the
+// probes, and says whether that worked (if not, e.clusters still lists them).
+func (inv *Inventory) clearClusters(e *entry) bool {
+	if err := inv.prober.SetFormatClusters(e.Slot, e.clusters, nil); err != nil {
+		inv.log.Warn("remove qcow2 metadata clusters", "file", e.SourceFile, "err", err)
+		return false
+	}
+	e.clusters = nil
+	return true
+}
+
+func (inv *Inventory) countRefreshFailure(reason string) {
+	inv.mu.Lock()
+	inv.stats.RefreshFailures[reason]++
+	inv.mu.Unlock()
 }
 
 // devID is the kernel dev_t of the host file system's block device, 0 if none.
@@ -550,10 +658,7 @@ func (inv *Inventory) remove(id fileID, e *entry) {
 		// The qcow2 metadata clusters are keyed by slot: left behind,
 		// they would pile up in the map and mark the requests of the
 		// next qcow2 disk in this slot at those offsets as the format's.
-		if err := inv.prober.SetFormatClusters(e.Slot, e.clusters, nil); err != nil {
-			inv.log.Warn("remove qcow2 metadata clusters", "file", e.SourceFile, "err", err)
-		}
-		e.clusters = nil
+		inv.clearClusters(e)
 		if err := inv.prober.Untrack(e.inode, e.Slot); err != nil {
 			inv.log.Warn("untrack disk", "file", e.SourceFile, "err", err)
 		}
