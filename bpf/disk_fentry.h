@@ -72,7 +72,13 @@ static __always_inline void rw_exit(struct kiocb *iocb, s64 ret)
 			call_finish(t, ret);
 		return;
 	}
-	if (ret == -EIOCBQUEUED || !aio_in_direct_io)
+	/*
+	 * Queued: it completes elsewhere. -EAGAIN on a no-wait attempt: the
+	 * submitter tries again with the same kiocb (io_uring's inline attempt
+	 * of a request it followed with a fixed file, which its tracepoints
+	 * could not resolve), found in inflight_aio and not submitted twice.
+	 */
+	if (ret == -EIOCBQUEUED || (ret == -EAGAIN && (iocb->ki_flags & iocb_nowait)) || !aio_in_direct_io)
 		return;
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (rec)

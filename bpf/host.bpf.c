@@ -11,10 +11,15 @@
  *   other    - everything else on the device.
  * Attribution: a buffered page names its inode (page->mapping->host), so
  * writeback from kworkers is charged to the right image. Direct I/O pages
- * belong to the VMM's memory, so the submitting task is marked at
- * iomap_dio_rw_begin (disk.bpf.c) with the image it works on and its bios
- * are tagged at block_bio_queue. Service time is issue to completion (the device), queue
- * time allocation to issue (the host's plugging and I/O scheduler).
+ * belong to the VMM's memory; iomap's bios name their request instead
+ * (bi_private is the struct iomap_dio, whose kiocb names the file), read at
+ * completion. Where the kernel hides the address of iomap's completion
+ * function, the submitting task is marked with the image it works on
+ * (disk.bpf.c) and its bios are tagged at block_bio_queue instead. Service
+ * time is issue to completion (the device), queue time allocation to issue
+ * (the host's plugging and I/O scheduler); both from the times the block
+ * layer keeps in the request when its queue collects statistics (writeback
+ * throttling does, on by default), else from host_rq_issue.
  * Synchronous calls: a bio queued by a VMM thread inside a call on an image
  * is the call's doing (a page cache miss for a read, the device work of a
  * flush); page dirtying inside a write call tells absorbed from new writes.
@@ -172,6 +177,15 @@ struct {
 } btrfs_devices SEC(".maps");
 
 /*
+ * Addresses of iomap_dio_bio_end_io and bio_chain_endio (kallsyms, set at
+ * load; 0 when hidden): a bio that ends in the first is a direct I/O bio
+ * whose bi_private is its struct iomap_dio; one that ends in the second was
+ * split off a bio, its bi_private.
+ */
+volatile const u64 iomap_dio_end_io_fn = 0;
+volatile const u64 bio_chain_end_io_fn = 0;
+
+/*
  * The programs below are tp_btf: their arguments are typed kernel pointers,
  * so fields are read with plain (fault-safe) loads, not probe-read calls.
  */
@@ -321,7 +335,8 @@ int host_bio_queue(u64 *ctx)
 		return 0;
 	if (t->call.start_ns)
 		call_bio(t, bio, opf);
-	if (t->dio_owner) {
+	/* Direct I/O bios are tagged here only when their end_io cannot tell. */
+	if (t->dio_owner && !iomap_dio_end_io_fn) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}
@@ -363,6 +378,38 @@ int host_rq_issue(u64 *ctx)
 	return 0;
 }
 
+/*
+ * The disk slot + 1 a direct I/O bio belongs to, from the iomap request it
+ * serves: its own, or for a piece split off a bio (up to two splits deep),
+ * its parent's. 0 when it is not an iomap direct I/O bio of a tracked image.
+ */
+static __always_inline u32 dio_bio_owner(struct bio *bio)
+{
+	struct iomap_dio *dio;
+	u64 end_io, key;
+	u32 *slot, i;
+
+	/* bi_private is a void pointer: the walk reads through probe reads. */
+	for (i = 0; i < 3; i++) {
+		end_io = (u64)BPF_CORE_READ(bio, bi_end_io);
+		if (end_io == iomap_dio_end_io_fn)
+			break;
+		if (end_io != bio_chain_end_io_fn || !bio_chain_end_io_fn)
+			return 0;
+		bio = BPF_CORE_READ(bio, bi_private);
+		if (!bio)
+			return 0;
+	}
+	if (i == 3)
+		return 0;
+	dio = BPF_CORE_READ(bio, bi_private);
+	if (!dio)
+		return 0;
+	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	slot = bpf_map_lookup_elem(&disk_by_inode, &key);
+	return slot ? *slot + 1 : 0;
+}
+
 /* Classify a request by its first bio: whose data, or metadata, or other. */
 static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
 {
@@ -375,7 +422,11 @@ static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
 	kind = bio_kind(bio, rq->cmd_flags, owner);
 	if (kind != KIND_OTHER)
 		return kind;
-	/* Direct I/O pages are the VMM's memory: the bio was tagged when queued. */
+	/* Direct I/O pages are the VMM's memory: the bio names its request, or was tagged when queued. */
+	if (iomap_dio_end_io_fn) {
+		*owner = dio_bio_owner(bio);
+		return *owner ? KIND_DATA : KIND_OTHER;
+	}
 	dio = bpf_map_lookup_elem(&bio_owner, &key);
 	if (!dio)
 		return KIND_OTHER;
@@ -404,7 +455,7 @@ int host_rq_complete(u64 *ctx)
 	struct request *rq = (void *)ctx[0];
 	u32 nr_bytes = (u32)ctx[2];
 	u32 *devp = rq_device_slot(rq), dev, op, kind, dir, owner = 0, i;
-	u64 now, service = 0, queue = 0, start;
+	u64 now, service = 0, queue = 0, start, issue;
 	struct device_counters *dc;
 	struct image_device_counters *ic = NULL;
 	struct rq_issue *slot;
@@ -449,23 +500,32 @@ int host_rq_complete(u64 *ctx)
 	if (ic)
 		inc(&ic->requests[dir], 1);
 
-	i = rq_index(rq, dev);
-	slot = bpf_map_lookup_elem(&rq_issued, &i);
-	if (!slot || slot->rq != (u64)rq || !slot->issue_ns) {
-		drop(DROP_REQUEST_UNTIMED);
-		return 0;
+	/*
+	 * The issue time: the block layer's own (io_start_time_ns, kept when
+	 * the queue collects statistics), else host_rq_issue's, which user
+	 * space attaches only for devices whose queue does not.
+	 */
+	issue = rq->io_start_time_ns;
+	if (!issue) {
+		i = rq_index(rq, dev);
+		slot = bpf_map_lookup_elem(&rq_issued, &i);
+		if (!slot || slot->rq != (u64)rq || !slot->issue_ns) {
+			drop(DROP_REQUEST_UNTIMED);
+			return 0;
+		}
+		issue = slot->issue_ns;
+		slot->rq = 0;
 	}
 	now = bpf_ktime_get_ns();
-	service = now - slot->issue_ns;
+	service = now - issue;
 	start = rq->start_time_ns;
-	slot->rq = 0;
 	hist(dc->service[dir], &dc->service_sum_ns[dir], service);
 	if (ic)
 		hist(ic->service[dir], &ic->service_sum_ns[dir], service);
 	/* Without I/O statistics on the queue the allocation time is 0: no queue time, not a zero one. */
-	if (!start || slot->issue_ns < start)
+	if (!start || issue < start)
 		return 0;
-	queue = slot->issue_ns - start;
+	queue = issue - start;
 	hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
 	if (ic)
 		hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);

@@ -113,6 +113,7 @@ struct bio {
 	__u32 bi_opf;
 	struct bvec_iter bi_iter;
 	struct bio_vec *bi_io_vec;
+	void *bi_end_io;
 	void *bi_private;
 };
 
@@ -135,6 +136,7 @@ struct request {
 	__u32 cmd_flags;
 	unsigned int __data_len;
 	__u64 start_time_ns;
+	__u64 io_start_time_ns;
 	struct bio *bio;
 	struct block_device *part;
 };

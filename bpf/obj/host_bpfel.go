@@ -109,6 +109,8 @@ const (
 	HostProgHostRqComplete   = "host_rq_complete"
 	HostProgHostRqIssue      = "host_rq_issue"
 	HostProgHostXfsLogWrite  = "host_xfs_log_write"
+	HostVarBioChainEndIoFn   = "bio_chain_end_io_fn"
+	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
 )
 
 // LoadHost returns the embedded CollectionSpec for Host.
@@ -184,6 +186,8 @@ type HostMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type HostVariableSpecs struct {
+	BioChainEndIoFn *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
+	IomapDioEndIoFn *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
 }
 
 // HostObjects contains all objects after they have been loaded into the kernel.
@@ -237,6 +241,8 @@ func (m *HostMaps) Close() error {
 //
 // It can be passed to LoadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HostVariables struct {
+	BioChainEndIoFn *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
+	IomapDioEndIoFn *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
 }
 
 // HostPrograms contains all programs after they have been loaded into the kernel.

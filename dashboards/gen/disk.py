@@ -155,6 +155,26 @@ def _identity() -> list[PanelBuilder]:
             ),
         ),
         stat_panel(
+            "Probe mode",
+            "How the exporter's BPF programs follow this host's requests (fspair_probe_mode_info): fentry (trampolines on "
+            "the host file systems' functions, the production path), tracepoint (file-system, iomap and io_uring tracepoints: "
+            "no buffered I/O on ext4 and Btrfs) or syscall (every path, at a cost to every system call on the host).",
+            "none",
+            [Query(raw("fspair_probe_mode_info"), "{{mode}}")],
+            width=4,
+            show_name=True,
+        ),
+        stat_panel(
+            "Request paths not followed",
+            "Request paths of this disk whose requests the probe mode does not see (fspair_disk_unfollowed, "
+            "measure=requests): their counters read 0 whatever the VM does, and the class may be wrong. 0: every request "
+            "is counted. The exporter's --check lists them; runbook FspairDiskUnfollowed.",
+            "short",
+            [Query("count(" + disk_raw("fspair_disk_unfollowed", 'measure="requests"') + ") or vector(0)")],
+            width=4,
+            limit=1,
+        ),
+        stat_panel(
             "Live workload class",
             "The class the classifier gives the disk now (domain_disk:fspair_workload_class:info): web, mail, fileserver, rfa, "
             "mixed (active, no class fits) or idle.",

@@ -62,6 +62,8 @@ type program struct {
 	modes []Mode // nil: every mode
 	fs    string
 	alt   string // tried when this one does not attach
+	// lazy: attached only once a followed device needs it (see TrackDevice).
+	lazy bool
 }
 
 var (
@@ -80,7 +82,7 @@ var programs = []program{
 	{name: bpf.DiskProgRegisterImage},
 	{name: bpf.HostProgHostBioQueue},
 	{name: bpf.HostProgHostBioSplit},
-	{name: bpf.HostProgHostRqIssue},
+	{name: bpf.HostProgHostRqIssue, lazy: true},
 	{name: bpf.HostProgHostRqComplete},
 	{name: bpf.HostProgHostDirtyFolio},
 	{name: bpf.HostProgHostJbd2Commit},

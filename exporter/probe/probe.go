@@ -67,9 +67,10 @@ type Program struct {
 	FS       string
 	Attached bool
 	Err      error // why it is not attached
-	// Pending: the hook's file system is not loaded yet; the program is
-	// attached when an image on it is first tracked (see UseFS), and
-	// reported only from then on.
+	// Pending: not needed yet: the hook's file system is not loaded (the
+	// program is attached when an image on it is first tracked, see UseFS),
+	// or no followed device needs it (host_rq_issue, see TrackDevice). It
+	// is reported only once attached or tried.
 	Pending bool
 
 	prog    *ebpf.Program
@@ -148,7 +149,9 @@ func Load(opts Options) (*Probes, error) {
 		}
 		specs.DiskByInode.MaxEntries = uint32(2 * maxDisks)
 	}
-	if err := setConstants(&specs, kernel, opts.followSelf); err != nil {
+	// The kernel functions whose addresses the programs compare pointers with.
+	syms := kallsyms("aio_complete_rw", "io_complete_rw", "io_complete_rw_iopoll", "iomap_dio_bio_end_io", "bio_chain_endio")
+	if err := setConstants(&specs, kernel, syms, opts.followSelf); err != nil {
 		return nil, err
 	}
 
@@ -159,6 +162,16 @@ func Load(opts Options) (*Probes, error) {
 	var hostSpecs bpf.HostSpecs
 	if err := hostSpec.Assign(&hostSpecs); err != nil {
 		return nil, fmt.Errorf("assign BPF specs: %w", err)
+	}
+	// Direct I/O bios are attributed through iomap's request where the
+	// addresses of its completion functions can be read.
+	if syms["iomap_dio_bio_end_io"] != 0 && syms["bio_chain_endio"] != 0 {
+		if err := hostSpecs.IomapDioEndIoFn.Set(syms["iomap_dio_bio_end_io"]); err != nil {
+			return nil, fmt.Errorf("set iomap_dio_end_io_fn: %w", err)
+		}
+		if err := hostSpecs.BioChainEndIoFn.Set(syms["bio_chain_endio"]); err != nil {
+			return nil, fmt.Errorf("set bio_chain_end_io_fn: %w", err)
+		}
 	}
 	if opts.MaxDisks > 0 {
 		hostSpecs.ImageDeviceStats.MaxEntries = uint32(maxDisks)
@@ -264,7 +277,7 @@ func Load(opts Options) (*Probes, error) {
 		switch {
 		case slices.Contains(opts.Deny, d.name):
 			pr.Err = ErrDenied
-		case d.fs != "" && !fsRegistered(d.fs):
+		case d.lazy, d.fs != "" && !fsRegistered(d.fs):
 			pr.Pending = true
 		default:
 			p.attach(pr)
@@ -354,7 +367,7 @@ func kernelVersion() ([2]int, error) {
 // setConstants gives the programs what differs between kernels: the
 // kiocb flag values, the completion callbacks' addresses and the
 // io_uring_complete prototype.
-func setConstants(specs *bpf.DiskSpecs, kernel [2]int, followSelf bool) error {
+func setConstants(specs *bpf.DiskSpecs, kernel [2]int, syms map[string]uint64, followSelf bool) error {
 	set := func(v *ebpf.VariableSpec, x any, name string) error {
 		if err := v.Set(x); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
@@ -379,7 +392,6 @@ func setConstants(specs *bpf.DiskSpecs, kernel [2]int, followSelf bool) error {
 			return err
 		}
 	}
-	syms := kallsyms("aio_complete_rw", "io_complete_rw", "io_complete_rw_iopoll")
 	for name, v := range map[string]*ebpf.VariableSpec{
 		"aio_complete_rw": specs.AioCompleteFn, "io_complete_rw": specs.IoUringCompleteFn, "io_complete_rw_iopoll": specs.IoUringIopollFn,
 	} {
@@ -897,8 +909,20 @@ func (p *Probes) Close() error {
 	return errors.Join(errs...)
 }
 
-// TrackDevice starts following a block device (kernel dev_t) as device slot.
+// TrackDevice starts following a block device (kernel dev_t) as device
+// slot. When the device's queue does not keep each request's issue time
+// (the block layer does while a statistics user such as writeback
+// throttling is set up on it), host_rq_issue is attached to keep it.
 func (p *Probes) TrackDevice(dev, slot uint32) error {
+	if !queueKeepsIssueTime(dev) {
+		p.mu.Lock()
+		for _, pr := range p.programs {
+			if pr.Pending && pr.Name == bpf.HostProgHostRqIssue {
+				p.attach(pr)
+			}
+		}
+		p.mu.Unlock()
+	}
 	if err := p.host.DeviceStats.Put(slot, bpf.HostDeviceCounters{}); err != nil {
 		return fmt.Errorf("reset device slot %d: %w", slot, err)
 	}
@@ -957,4 +981,19 @@ func (p *Probes) ImageDeviceCounters(slot uint32) (bpf.HostImageDeviceCounters, 
 		return c, fmt.Errorf("read image device counters of slot %d: %w", slot, err)
 	}
 	return c, nil
+}
+
+// queueKeepsIssueTime reports whether the block layer stamps each request
+// of the device with its issue time (rq->io_start_time_ns): it does while
+// its queue collects statistics, which writeback throttling, set up on
+// blk-mq queues by default, makes it do. Its sysfs attribute reads only
+// where it is set up (for a partition, on the whole disk's queue).
+func queueKeepsIssueTime(dev uint32) bool {
+	base := fmt.Sprintf("/sys/dev/block/%d:%d", dev>>20, dev&0xfffff)
+	for _, q := range []string{base + "/queue/wbt_lat_usec", base + "/../queue/wbt_lat_usec"} {
+		if _, err := os.ReadFile(q); err == nil {
+			return true
+		}
+	}
+	return false
 }

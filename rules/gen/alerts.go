@@ -90,6 +90,14 @@ func alerts(p *Params) []alert {
 				scaleDuration(600, p.ForScale) + "; the metrics it feeds are missing or frozen. The exporter log says why.",
 		},
 		{
+			name: "FspairDiskUnfollowed", exporter: true, severity: "warning", forSecs: 600,
+			expr:    `fspair_disk_unfollowed{${job}, measure="requests"} == 1`,
+			summary: "Some requests of a VM disk are not followed by the fspair probes.",
+			description: "The fspair probes on {{ $labels.instance }} do not see {{ $labels.op }} requests of {{ $labels.domain }}/{{ $labels.target_device }}" +
+				" on path {{ $labels.path }}, which its probe mode does not follow; its {{ $labels.op }} counters read 0" +
+				" whatever the VM does, and its class and efficiency may be wrong.",
+		},
+		{
 			name: "FspairEventsDropped", exporter: true, severity: "warning", forSecs: 900,
 			expr: fmt.Sprintf(`sum by (instance, reason) (rate(fspair_probe_events_dropped_total{${job}}[%s])) > %s`,
 				s, num(t.Alerts.EventsDroppedPerSecond.V())),

@@ -477,11 +477,15 @@ func (t *SyntheticTarget) Exposition() []byte {
 		e.add("fspair_host_device_vm_disks", "gauge", l, dv.disks)
 	}
 
-	// The exporter's report on itself: everything healthy.
-	for _, p := range []string{"register_image", "pread64_enter", "pread64_exit", "pwrite64_enter",
-		"pwrite64_exit", "fdatasync_enter", "fdatasync_exit", "io_submit_enter", "iomap_dio_done",
-		"host_rq_issue", "host_rq_complete"} {
-		e.add("fspair_probe_attached", "gauge", [][2]string{{"program", p}}, 1)
+	// The exporter's report on itself: everything healthy, in the fentry mode.
+	e.add("fspair_probe_mode_info", "gauge", [][2]string{{"mode", "fentry"}, {"requested", "auto"}}, 1)
+	e.add("fspair_probe_stats_enabled", "gauge", nil, 0)
+	for _, p := range [][2]string{{"register_image", "iter/task_file"}, {"ext4_read_enter", "fentry/ext4_file_read_iter"},
+		{"ext4_read_exit", "fexit/ext4_file_read_iter"}, {"ext4_write_enter", "fentry/ext4_file_write_iter"},
+		{"ext4_write_exit", "fexit/ext4_file_write_iter"}, {"vfs_fsync_enter", "fentry/vfs_fsync_range"},
+		{"vfs_fsync_exit", "fexit/vfs_fsync_range"}, {"dio_complete_exit", "fexit/iomap_dio_complete"},
+		{"host_rq_complete", "tp_btf/block_rq_complete"}} {
+		e.add("fspair_probe_attached", "gauge", [][2]string{{"program", p[0]}, {"hook", p[1]}}, 1)
 	}
 	for _, r := range []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long"} {
 		e.add("fspair_probe_events_dropped_total", "counter", [][2]string{{"reason", r}}, 0)

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fspair/fspair/tests/lab"
+)
+
+// TestOwnReadsNotCounted: a disk tracked from a static config without a
+// pid follows every process, but never the exporter's own reads of the
+// image: here a qcow2 whose L1 table is 4 MiB, which the exporter reads
+// again every second. In each attach mode this kernel runs, the exporter
+// reads MBs of the image while its request counters (guest data and qcow2
+// metadata alike) stay at 0, and another process's direct reads of the same
+// file are counted exactly. The image is on XFS, where even the tracepoint
+// mode sees buffered reads.
+func TestOwnReadsNotCounted(t *testing.T) {
+	ctx := context.Background()
+	l := lab.ForTest(t)
+	h, err := l.NewHostFS(ctx, "xfs", 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := h.Path("big-l1.qcow2")
+	// 4 KiB clusters hold 512 L2 entries: 1 TiB of guest space takes
+	// 512 Ki L1 entries, a 4 MiB L1 table.
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=4096", img, "1T").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	cfg := h.Path("disks.yml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("disks:\n  - domain: selfio\n    uuid: 00000000-0000-0000-0000-00000000fe11\n"+
+		"    target_device: vda\n    source_file: %s\n    format: qcow2\n", img)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	disk := map[string]string{"domain": "selfio", "target_device": "vda"}
+	for _, mode := range exporterModes(t) {
+		t.Run(mode, func(t *testing.T) {
+			ex := runExporter(t, "--probe.mode="+mode, "--no-discovery.libvirt", "--no-discovery.proc",
+				"--discovery.config.file="+cfg, "--discovery.interval=500ms", "--image.refresh-interval=1s")
+			ex.waitFor(t, 20*time.Second, "the disk tracked", func(s scrape) bool {
+				return len(s.series("fspair_disk_requests_total", disk)) > 0
+			})
+			read0 := procReadBytes(t, ex.cmd.Process.Pid)
+			time.Sleep(4 * time.Second)
+			read := procReadBytes(t, ex.cmd.Process.Pid) - read0
+			s := ex.scrape(t)
+			own := s.sum("fspair_disk_requests_total", disk) + s.sum("fspair_disk_format_metadata_requests_total", disk)
+			t.Logf("mode %s: the exporter read %d bytes in 4 s; counted %v requests", mode, read, own)
+			if read < 8<<20 {
+				t.Fatalf("the exporter read %d bytes of its own in 4 s, want >= 8 MiB (its image checks): the case under test did not arise", read)
+			}
+			if own != 0 {
+				t.Errorf("the exporter's own reads were counted as the VM's: %v requests", own)
+			}
+			// Another process reads 8 clusters of the file (its header and
+			// tables: qcow2 metadata) with O_DIRECT, which every mode follows.
+			if out, err := exec.Command("dd", "if="+img, "of=/dev/null", "iflag=direct", "bs=4096", "count=8").CombinedOutput(); err != nil {
+				t.Fatalf("dd: %v: %s", err, out)
+			}
+			s, _ = ex.waitFor(t, 10*time.Second, "dd's reads counted", func(s scrape) bool {
+				return s.sum("fspair_disk_requests_total", map[string]string{"domain": "selfio", "op": "read"})+
+					s.sum("fspair_disk_format_metadata_requests_total", map[string]string{"domain": "selfio", "op": "read"}) >= 8
+			})
+			got := s.sum("fspair_disk_requests_total", map[string]string{"domain": "selfio", "op": "read"}) +
+				s.sum("fspair_disk_format_metadata_requests_total", map[string]string{"domain": "selfio", "op": "read"})
+			if got != 8 {
+				t.Errorf("another process's 8 direct reads counted as %v", got)
+			}
+		})
+	}
+}
+
+// exporterModes are the attach modes this kernel runs: syscall and
+// tracepoint always, fentry where the exporter finds trampolines.
+func exporterModes(t *testing.T) []string {
+	t.Helper()
+	modes := []string{"syscall", "tracepoint"}
+	out, err := exec.Command(binary(t), "--check", "--probe.mode=fentry", "--no-discovery.libvirt", "--no-discovery.proc",
+		"--discovery.config.file=/dev/null").CombinedOutput()
+	switch {
+	case err == nil:
+		modes = append([]string{"fentry"}, modes...)
+	case !strings.Contains(string(out), "cannot attach fentry programs"):
+		t.Fatalf("exporter --check --probe.mode=fentry: %v: %s", err, out)
+	}
+	return modes
+}
+
+// procReadBytes is what a process has read through read system calls
+// (/proc/PID/io rchar), from files, pipes and sockets alike.
+func procReadBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no rchar in /proc/%d/io", pid)
+	return 0
+}
