@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # make bench: the exporter's cost, measured side by side in one run.
 #  1. fio 4k random I/O on a host file (psync, one thread): no tracer,
-#     fspair_exporter with all probes following the file, BCC's libbpf-tools
-#     (biolatency+biopattern+bitesize) instead. randread-direct goes to the
-#     device (O_DIRECT: the block-layer probes' case); randread and randwrite
-#     are served by the page cache (the highest rate a file sustains here).
-#     Runs alternate and repeat; the median is reported.
-#  2. ns per event of every BPF program, from bpf_stats, over one direct
-#     random-read run and one random-write run that syncs every 16 writes:
-#     fspair's programs, then libbpf-tools' programs on the same runs, then
-#     the floor on this machine (an empty tp_btf program, one that counts,
-#     one that reads the clock: bench/floor).
+#     fspair_exporter following the file in each probe mode this kernel runs
+#     (MODES, default: fentry where it has trampolines, tracepoint, syscall),
+#     BCC's libbpf-tools (biolatency+biopattern+bitesize) instead.
+#     randread-direct goes to the device (O_DIRECT: the block-layer probes'
+#     case); randread and randwrite are served by the page cache (the highest
+#     rate a file sustains here). Runs alternate and repeat; the median is
+#     reported. Then the tax on an unrelated system call: a getppid loop
+#     (bench/getppid) under each of the same configurations.
+#  2. ns per event of every BPF program, from bpf_stats (--probe.stats),
+#     over one direct random-read run and one random-write run that syncs
+#     every 16 writes: fspair's programs in each mode, then libbpf-tools'
+#     programs on the same runs, then the floor on this machine (an empty
+#     tp_btf program, one that counts, one that reads the clock: bench/floor).
+#     The kernel matrix's part (PARTS=kernel, tests/matrix) measures the
+#     same rows in a guest booting Debian 12's 6.1 kernel, which has the
+#     trampolines this host lacks.
 #  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
 #  4. the libvirt exporter (Debian's prometheus-libvirt-exporter) beside
 #     fspair_exporter on the same libvirt domains, at 10, 100 and 1000
@@ -51,8 +57,10 @@ trap cleanup EXIT
 
 log() { echo "bench: $*" >&2; }
 
-start_exporter() { # config file
-	run_exporter --no-discovery.libvirt --no-discovery.proc --discovery.config.file="$1"
+start_exporter() { # config file [flags]
+	local cfg=$1
+	shift
+	run_exporter --no-discovery.libvirt --no-discovery.proc --discovery.config.file="$cfg" "$@"
 }
 run_exporter() { # discovery flags
 	# Each timed scrape reads the counters afresh: no reuse of the last
@@ -86,6 +94,29 @@ stats_runs() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 want() { [[ ",$PARTS," == *",$1,"* ]]; }
 
+# The probe modes this kernel runs: fentry only where it attaches trampolines.
+if [ -z "${MODES:-}" ]; then
+	MODES="tracepoint syscall"
+	"$BIN" --check --probe.mode=fentry --no-discovery.libvirt --no-discovery.proc --discovery.config.file=/dev/null \
+		>/dev/null 2>&1 && MODES="fentry $MODES"
+fi
+
+# libbpf-tools' three block-layer tools in the background; bcc_stop ends them.
+bcc_start() {
+	biolatency 3600 1 >/dev/null 2>&1 & b1=$!
+	biopattern 3600 1 >/dev/null 2>&1 & b2=$!
+	bitesize 3600 1 >/dev/null 2>&1 & b3=$!
+	pids+=("$b1" "$b2" "$b3")
+	sleep 2
+}
+bcc_stop() { kill "$b1" "$b2" "$b3" 2>/dev/null; wait "$b1" "$b2" "$b3" 2>/dev/null || true; }
+
+# getppid_ns: ns per getppid(2) call, the tax tracing puts on a system call
+# it does not follow (median of 3 loops of 5 million).
+getppid_ns() {
+	for _ in 1 2 3; do "$work/getppid" 5000000; done | median
+}
+
 {
 echo "# fspair bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
@@ -105,44 +136,58 @@ disks:
 YML
 fi
 if want iops; then
-	for rw in randread-direct randread randwrite; do
-		declare -a base=() fsp=() bcc=()
+	gcc -O2 -static -o "$work/getppid" bench/getppid/getppid.c
+	for rw in randread-direct randread randwrite getppid; do
+		declare -A runs=()
 		for i in $(seq "$REPS"); do
-			log "$rw run $i/$REPS: no tracer"
-			base+=("$(fio_iops $rw)")
-			log "$rw run $i/$REPS: fspair_exporter"
-			start_exporter "$work/one.yml"
-			fsp+=("$(fio_iops $rw)")
-			stop_exporter
-			log "$rw run $i/$REPS: libbpf-tools biolatency+biopattern+bitesize"
-			biolatency 3600 1 >/dev/null 2>&1 & b1=$!
-			biopattern 3600 1 >/dev/null 2>&1 & b2=$!
-			bitesize 3600 1 >/dev/null 2>&1 & b3=$!
-			pids+=("$b1" "$b2" "$b3")
-			sleep 2
-			bcc+=("$(fio_iops $rw)")
-			kill "$b1" "$b2" "$b3" 2>/dev/null; wait "$b1" "$b2" "$b3" 2>/dev/null || true
+			# The configurations in a new order each round (rotated), so that
+			# a drift of the machine does not favour one.
+			confs=(none $MODES libbpf-tools)
+			n=${#confs[@]}
+			for j in $(seq 0 $((n - 1))); do
+				conf=${confs[$(((i + j) % n))]}
+				log "$rw run $i/$REPS: $conf"
+				case $conf in
+				none) ;;
+				libbpf-tools) bcc_start ;;
+				*) start_exporter "$work/one.yml" --probe.mode="$conf" ;;
+				esac
+				if [ "$rw" = getppid ]; then v=$(getppid_ns); else v=$(fio_iops "$rw"); fi
+				runs[$conf]+="$v "
+				case $conf in
+				none) ;;
+				libbpf-tools) bcc_stop ;;
+				*) stop_exporter ;;
+				esac
+			done
 		done
-		b=$(printf '%s\n' "${base[@]}" | median)
-		f=$(printf '%s\n' "${fsp[@]}" | median)
-		c=$(printf '%s\n' "${bcc[@]}" | median)
-		awk -v rw="$rw" -v b="$b" -v f="$f" -v c="$c" 'BEGIN {
-			printf "iops %-15s none %.0f  fspair %.0f (%+.2f%%)  libbpf-tools %.0f (%+.2f%%)\n", rw, b, f, 100*(f-b)/b, c, 100*(c-b)/b }' | tee -a "$out"
-		echo "iops $rw runs: none ${base[*]} | fspair ${fsp[*]} | libbpf-tools ${bcc[*]}" >> "$out"
+		b=$(printf '%s\n' ${runs[none]} | median)
+		line=$(printf '%-15s none %.1f' "$rw" "$b")
+		for conf in $MODES libbpf-tools; do
+			v=$(printf '%s\n' ${runs[$conf]} | median)
+			line+=$(awk -v c="$conf" -v v="$v" -v b="$b" 'BEGIN { printf "  %s %.1f (%+.2f%%)", c, v, 100*(v-b)/b }')
+		done
+		unit=iops
+		[ "$rw" = getppid ] && unit=ns/call
+		echo "$unit $line" | tee -a "$out"
+		for conf in none $MODES libbpf-tools; do echo "$unit $rw runs $conf: ${runs[$conf]}"; done >> "$out"
+		unset runs
 	done
 fi
 
 if want stats; then
-	log "per-program cost (bpf_stats): fspair_exporter"
-	start_exporter "$work/one.yml"
-	stats_runs
-	curl -sf "http://127.0.0.1:$PORT/metrics" > "$work/m.txt"
-	stop_exporter
-	awk '
-		/^fspair_probe_runs_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); runs[p] = $NF }
-		/^fspair_probe_run_seconds_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); secs[p] = $NF }
-		END { for (p in runs) if (runs[p] > 1000) printf "ns/event fspair       %-26s %9.0f runs  %6.1f ns\n", p, runs[p], 1e9*secs[p]/runs[p] }
-	' "$work/m.txt" | sort -k3 | tee -a "$out"
+	for mode in $MODES; do
+		log "per-program cost (bpf_stats): fspair_exporter, $mode mode"
+		start_exporter "$work/one.yml" --probe.mode="$mode" --probe.stats
+		stats_runs
+		curl -sf "http://127.0.0.1:$PORT/metrics" > "$work/m.txt"
+		stop_exporter
+		awk -v mode="$mode" '
+			/^fspair_probe_runs_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); runs[p] = $NF }
+			/^fspair_probe_run_seconds_total\{/ { match($0, /program="[^"]*"/); p = substr($0, RSTART+9, RLENGTH-10); secs[p] = $NF }
+			END { for (p in runs) if (runs[p] > 1000) printf "ns/event fspair-%-10s %-26s %9.0f runs  %6.1f ns\n", mode, p, runs[p], 1e9*secs[p]/runs[p] }
+		' "$work/m.txt" | sort -k3 | tee -a "$out"
+	done
 
 	log "per-program cost (bpf_stats): libbpf-tools biolatency+biopattern+bitesize"
 	stats_was=$(sysctl -n kernel.bpf_stats_enabled)
