@@ -135,7 +135,7 @@ final=$(sed -n '/^demo: what this run showed/,$p' "$log" | tr -s ' \n' '  ')
 [ -n "$final" ] || { echo "demo-smoke: the demo printed no summary of the run"; exit 1; }
 for what in \
 	'demo-mail/vda mail (confidence ' 'on ext4/btrfs qcow2. The knowledge base (site) lists this pair as worst for mail.' \
-	'Better pairs for mail: ' 'Alerts: FspairPoorPairing firing since ' \
+	'Better pairs for mail: ' 'Alerts: FspairPoorPairing firing, active since ' \
 	'demo-web/vda web (confidence ' 'on xfs/ext4 raw. The knowledge base (published: ' 'lists this pair as best for web.' \
 	'why FspairPoorPairing: demo-mail disk vda' 'demo: open next:' 'runbooks runbooks/FspairPoorPairing.md' \
 	'dashboards fspair / VM disk (dashboards/fspair-disk.json with domain=demo-mail)' \

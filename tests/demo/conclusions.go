@@ -188,8 +188,9 @@ func ratesTable(disks []diskState, heads []string, rates map[string]map[string]s
 	return lines
 }
 
-// alertLines are two lines per alert, firing first: its name, state, since
-// when, on which disk and its runbook; then its summary, which says why it
+// alertLines are two lines per alert, firing first: its name, state, on
+// which disk, since when it is active (pending, then firing) and its
+// runbook; then its summary, which says why it
 // is there.
 func alertLines(alerts []alertState, width int) []string {
 	if len(alerts) == 0 {
@@ -201,7 +202,7 @@ func alertLines(alerts []alertState, width int) []string {
 		if a.disk != "" {
 			on = " on " + cutDisk(a.disk, 40)
 		}
-		lines = append(lines, wrap("demo: alert ", fmt.Sprintf("%s %s%s since %s: %s", a.name, a.state, on, a.since.Format("15:04:05"), a.runbook), width)...)
+		lines = append(lines, wrap("demo: alert ", fmt.Sprintf("%s %s%s, active since %s: %s", a.name, a.state, on, a.since.Format("15:04:05"), a.runbook), width)...)
 		lines = append(lines, wrap("  ", a.summary, width)...)
 	}
 	return lines
@@ -390,7 +391,7 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 		}
 		var fired []string
 		for _, a := range sortedAlerts(d.alerts) {
-			fired = append(fired, fmt.Sprintf("%s %s since %s (%s)", a.name, a.state, a.since.Format("15:04:05"), a.runbook))
+			fired = append(fired, fmt.Sprintf("%s %s, active since %s (%s)", a.name, a.state, a.since.Format("15:04:05"), a.runbook))
 		}
 		if len(fired) == 0 {
 			text = append(text, "No alerts.")
@@ -401,7 +402,7 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 	}
 	for _, a := range sortedAlerts(alerts) {
 		if a.disk == "" {
-			lines = append(lines, wrap("  ", fmt.Sprintf("%s %s since %s (%s): %s", a.name, a.state, a.since.Format("15:04:05"), a.runbook, a.summary), width)...)
+			lines = append(lines, wrap("  ", fmt.Sprintf("%s %s, active since %s (%s): %s", a.name, a.state, a.since.Format("15:04:05"), a.runbook, a.summary), width)...)
 		}
 	}
 	for _, a := range sortedAlerts(alerts) {

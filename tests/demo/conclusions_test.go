@@ -197,11 +197,11 @@ func TestAlertLines(t *testing.T) {
 		runbook: "runbooks/FspairExporterDown.md", summary: "The fspair exporter cannot be scraped."})
 	lines := alertLines(alerts, lineWidth)
 	checkWidth(t, "alerts", lines)
-	if !strings.HasPrefix(lines[0], "demo: alert FspairMailFlushLatencyHigh firing on tenant-4711-production-postgresql-p~/vdb since 16:33:39:") {
+	if !strings.HasPrefix(lines[0], "demo: alert FspairMailFlushLatencyHigh firing on tenant-4711-production-postgresql-p~/vdb, active since 16:33:39:") {
 		t.Errorf("first alert line %q, want the firing ones first, by name", lines[0])
 	}
 	all := strings.Join(lines, "\n")
-	for _, w := range []string{"runbooks/FspairPoorPairing.md", "runbooks/FspairExporterDown.md", "since 16:33:39", "known to be poor for it."} {
+	for _, w := range []string{"runbooks/FspairPoorPairing.md", "runbooks/FspairExporterDown.md", "active since 16:33:39", "known to be poor for it."} {
 		if !strings.Contains(all, w) {
 			t.Errorf("alert lines lack %q:\n%s", w, all)
 		}
@@ -221,7 +221,7 @@ func TestFinalSummary(t *testing.T) {
 		"demo-mail/vda mail (confidence 1.00) on ext4/btrfs qcow2. The knowledge base (site) lists this pair as worst for mail.",
 		"Better pairs for mail: btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4.",
 		"Advice: Inside the VM prefer btrfs or ext4",
-		"Alerts: FspairPoorPairing firing since 16:33:39 (runbooks/FspairPoorPairing.md).",
+		"Alerts: FspairPoorPairing firing, active since 16:33:39 (runbooks/FspairPoorPairing.md).",
 		"demo-web/vda web (confidence 0.99) on xfs/ext4 raw. The knowledge base (published: djordjevic2022) lists this pair as best for web. Write amplification 1.02. No alerts.",
 		"why FspairPoorPairing: demo-mail disk vda",
 		"runbooks runbooks/FspairPoorPairing.md",

@@ -45,10 +45,14 @@ type renderResult struct {
 var reportFiles = []string{"report.html", "report.png"}
 
 // due reports whether a render should start now: none runs, the last began
-// at least `every` ago, and the rules have classed a disk (before that the
-// report has little to show).
+// (or, for the first, the VMs started) at least `every` ago, and the rules
+// have classed a disk (before that the report has little to show).
 func (r *reporter) due(now time.Time, classed bool) bool {
-	return r.bin != "" && !r.running && classed && (r.lastTry.IsZero() || now.Sub(r.lastTry) >= r.every)
+	last := r.lastTry
+	if last.IsZero() {
+		last = r.since
+	}
+	return r.bin != "" && !r.running && classed && now.Sub(last) >= r.every
 }
 
 // start begins a render in the background; its result comes on r.done.

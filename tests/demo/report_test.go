@@ -50,7 +50,10 @@ func TestReporterRendersAndKeepsTheLastGood(t *testing.T) {
 		t.Error("due before the rules class any disk")
 	}
 	if !r.due(now, true) {
-		t.Fatal("not due at the first classed disk")
+		t.Fatal("not due at the first classed disk, 12 minutes after the VMs started")
+	}
+	if early := r.since.Add(2 * time.Minute); r.due(early, true) {
+		t.Error("due 2 minutes after the VMs started, before its first interval")
 	}
 	r.start(now)
 	if r.due(now.Add(time.Hour), true) {
