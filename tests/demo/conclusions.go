@@ -37,6 +37,7 @@ const (
 	seriesVerdict    = `domain_disk:fspair_pair_verdict:info`
 	seriesWriteAmp   = `domain_disk:fspair_write_amplification:ratio_rate5m`
 	seriesAdvice     = `fspair_kdb_workload_info`
+	seriesKdbVerdict = `fspair_kdb_pair_verdict`
 	seriesDisks      = `fspair_disk_info`
 )
 
@@ -54,6 +55,7 @@ type diskState struct {
 	verdict, source         string  // the knowledge base's verdict on the pair for the class, and its source label
 	betterPairs             string  // the class's best pairs other than this one
 	advice                  string  // the knowledge base's advice for the class
+	kdbRates                bool    // the knowledge base has a verdict on the pair for the class
 	writeAmp                float64 // host device bytes per guest byte written, 5m; NaN: none
 	alerts                  []alertState
 }
@@ -73,12 +75,14 @@ func (a alertState) firing() bool { return a.state == "firing" }
 // live class, with where the verdict comes from: the published studies or
 // the site's own measurements (rules/kdb/site.yaml). "neither" is a pair the
 // knowledge base lists neither best nor worst for the class; "-" a class it
-// has no verdicts for (idle, mixed) or no class yet.
+// has no verdicts for (idle, mixed), no class yet, or a verdict the rules
+// have not joined to the disk yet (their pairing group evaluates after the
+// class is recorded).
 func (d diskState) verdictText() string {
 	switch {
 	case d.verdict != "":
 		return d.verdict + ", " + sourceKind(d.source)
-	case kdbWorkloads[d.class]:
+	case kdbWorkloads[d.class] && !d.kdbRates:
 		return "neither"
 	}
 	return "-"
@@ -372,7 +376,7 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 		switch {
 		case d.verdict != "":
 			text = append(text, fmt.Sprintf("The knowledge base (%s) lists this pair as %s for %s.", sourceLabel(d.source), d.verdict, d.class))
-		case kdbWorkloads[d.class]:
+		case kdbWorkloads[d.class] && !d.kdbRates:
 			text = append(text, fmt.Sprintf("The knowledge base lists this pair neither best nor worst for %s.", d.class))
 		}
 		if !math.IsNaN(d.writeAmp) {
@@ -526,6 +530,14 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 			advice[s.Metric["workload"]] = a
 		}
 	}
+	kdb, err := query(ctx, promURL, seriesKdbVerdict)
+	if err != nil {
+		return nil, nil, err
+	}
+	rated := map[[3]string]bool{}
+	for _, s := range kdb {
+		rated[[3]string{s.Metric["workload"], s.Metric["guest_fs"], s.Metric["host_fs"]}] = true
+	}
 	alerts, err := activeAlerts(ctx, promURL, repo)
 	if err != nil {
 		return nil, nil, err
@@ -538,6 +550,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 	}
 	for _, d := range byKey {
 		d.advice = advice[d.class]
+		d.kdbRates = rated[[3]string{d.class, d.guestFS, d.hostFS}]
 		disks = append(disks, *d)
 	}
 	sort.Slice(disks, func(i, j int) bool { return disks[i].disk < disks[j].disk })

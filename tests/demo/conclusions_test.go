@@ -308,7 +308,7 @@ func TestSeriesAreRecorded(t *testing.T) {
 		}
 		rules += string(b)
 	}
-	for _, s := range []string{seriesClass, seriesConfidence, seriesVerdict, seriesWriteAmp, seriesAdvice} {
+	for _, s := range []string{seriesClass, seriesConfidence, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
 		if !strings.Contains(rules, "- record: "+s+"\n") {
 			t.Errorf("%s is recorded by no rule of rules/", s)
 		}
@@ -338,6 +338,10 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 		},
 		seriesWriteAmp: {{Metric: disk("demo-mail"), Value: []any{1.0, "13.88"}}},
 		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "advice": "Avoid btrfs on the host."}}},
+		seriesKdbVerdict: {
+			{Metric: map[string]string{"workload": "mail", "guest_fs": "ext4", "host_fs": "btrfs", "verdict": "best", "source": "djordjevic2022"}},
+			{Metric: map[string]string{"workload": "web", "guest_fs": "xfs", "host_fs": "ext4", "verdict": "best", "source": "djordjevic2022"}},
+		},
 		// A disk the rules know of that fspair_disk_info no longer lists is left out.
 		"": {{Metric: disk("gone", "class", "web")}},
 	}
@@ -380,6 +384,9 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 		mail.pairText() != "ext4/btrfs qcow2" {
 		t.Errorf("mail disk: %+v", mail)
 	}
+	if !mail.kdbRates || !web.kdbRates {
+		t.Errorf("the knowledge base rates both pairs: mail %v, web %v", mail.kdbRates, web.kdbRates)
+	}
 	if len(mail.alerts) != 1 || mail.alerts[0].runbook != "runbooks/FspairPoorPairing.md" || !mail.alerts[0].firing() {
 		t.Errorf("mail disk's alerts: %+v", mail.alerts)
 	}
@@ -388,5 +395,27 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 	}
 	if alerts[0].name != "FspairPoorPairing" || alerts[1].name != "FspairExporterDown" || alerts[1].disk != "" || alerts[1].runbook != "no runbook_url" {
 		t.Errorf("alerts: %+v", alerts)
+	}
+}
+
+func TestVerdictText(t *testing.T) {
+	for _, c := range []struct {
+		d    diskState
+		want string
+	}{
+		{diskState{class: "mail", verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
+		{diskState{class: "web", verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
+		{diskState{class: "mail", verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
+		// A pair the knowledge base does not list for the class.
+		{diskState{class: "mail"}, "neither"},
+		// Listed, but the rules have not joined the verdict to the disk yet.
+		{diskState{class: "mail", kdbRates: true}, "-"},
+		{diskState{class: "idle"}, "-"},
+		{diskState{class: "mixed"}, "-"},
+		{diskState{}, "-"},
+	} {
+		if got := c.d.verdictText(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.d, got, c.want)
+		}
 	}
 }
