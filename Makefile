@@ -51,7 +51,7 @@ test: build check-generate check-rules check-dashboards lint unit-test deploy-te
 
 unit-test:
 	@echo "== unit and BPF tests"
-	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/... ./report/... ./dashboards/...
+	$(GO) test -count=1 ./exporter/... ./bpf/... ./rules/... ./report/... ./dashboards/... ./tests/demo/
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"

@@ -12,4 +12,6 @@ go build -o bin/fspair_exporter ./exporter
 go build -o bin/fspair-demo ./tests/demo
 # The demo regenerates the rules with an example site knowledge base.
 go build -o bin/fspair-rules-gen ./rules/gen
-exec bin/fspair-demo --exporter=bin/fspair_exporter --rules.gen=bin/fspair-rules-gen "$@"
+# ... and renders the report (report/) from its Prometheus every few minutes.
+go build -o bin/fspair-report ./report
+exec bin/fspair-demo --exporter=bin/fspair_exporter --rules.gen=bin/fspair-rules-gen --report=bin/fspair-report "$@"

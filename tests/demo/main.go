@@ -2,9 +2,17 @@
 // (scripts/stack.sh: Prometheus with fspair's rules, Alertmanager, the node
 // exporter, the libvirt exporter when libvirtd answers, and
 // fspair_exporter) and two lab VMs on two different guest/host file-system
-// pairs with different workloads; then prints where to look and a per-disk
-// summary read back from Prometheus. Ctrl-C (or --duration) tears
-// everything down; the stack's logs stay in its directory.
+// pairs with different workloads; then prints where to look and, every
+// --summary.interval, what fspair concludes per disk, read back from the
+// recording rules in Prometheus (conclusions.go: workload class and
+// confidence, pair, the knowledge base's verdict, write amplification, the
+// alerts with their runbooks), the disks' request rates and the alerts.
+// Every --report.interval it renders the report (report/: the fleet's pair
+// matrices and the mail VM's disk, HTML and PNG) into the stack directory
+// (report.go). Ctrl-C (or --duration) tears everything down and prints a
+// summary of the run: each disk's class, verdict and alerts, and the
+// runbooks, dashboards and report to open next. The stack's logs and the
+// last report stay in its directory.
 //
 // The VMs are of both kinds fspair_exporter discovers: demo-web is a plain
 // QEMU process, found in /proc; demo-mail is a transient libvirt domain,
@@ -37,11 +45,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/fspair/fspair/tests/lab"
@@ -106,6 +112,9 @@ func run() int {
 		site        = flag.String("kdb.site", "tests/demo/site.yaml", "the site's own verdicts the rules are generated with (rules/kdb/site.yaml's format); empty: rules/ as committed")
 		rulesGen    = flag.String("rules.gen", "bin/fspair-rules-gen", "the rules generator (go build ./rules/gen), run from the repository's root")
 		forScale    = flag.Float64("alerts.for-scale", 0.05, "multiply every alert's `for` by this in the demo's rules (1: as committed)")
+		reportBin   = flag.String("report", "bin/fspair-report", "the report renderer (go build ./report); empty: render no report")
+		reportEvery = flag.Duration("report.interval", 3*time.Minute, "how often to render the report into the stack directory's report/")
+		reportLimit = flag.Duration("report.timeout", 2*time.Minute, "the most one rendering of the report may take")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -121,14 +130,26 @@ func run() int {
 		return 2
 	}
 	st.site, st.forScale, st.rulesGen = *site, *forScale, *rulesGen
-	if err := demo(ctx, st, *cacheDir, *every); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	rep := &reporter{bin: *reportBin, disk: vms[1].name + "/vda", dir: filepath.Join(*stackDir, "report"),
+		every: *reportEvery, timeout: *reportLimit, done: make(chan renderResult, 1)}
+	var final []string
+	err := demo(ctx, st, *cacheDir, *every, rep, &final)
+	// The summary of the run comes last, after the teardown's lines.
+	for _, l := range final {
+		fmt.Println(l)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) (err error) {
+// demo sets up the stack and the VMs, prints the summary every `every`
+// and has rep render the report, until ctx ends; then it sets final to the
+// run's summary, read from Prometheus before the teardown, for the caller
+// to print after it.
+func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration, rep *reporter, final *[]string) (err error) {
 	setup := context.Background() // setup steps finish even if Ctrl-C comes mid-way; teardown follows
 	if err := st.reset(); err != nil {
 		return err
@@ -181,8 +202,8 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 		if err != nil {
 			return err
 		}
-		fmt.Printf("demo: %s (%s): guest %s on host %s (%s, cache=%s, aio=%s): %s\n",
-			v.name, kind, v.guestFS, v.hostFS, v.format, v.cache, v.aio, v.workload)
+		printLines(wrap("demo: ", fmt.Sprintf("%s (%s): guest %s on host %s (%s, cache=%s, aio=%s): %s",
+			v.name, kind, v.guestFS, v.hostFS, v.format, v.cache, v.aio, v.workload), lineWidth))
 	}
 
 	promURL := st.url("PROMETHEUS_URL")
@@ -191,27 +212,73 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 		libvirt = "not running: libvirtd does not answer (the dashboards' libvirt row stays empty)"
 	}
 	fmt.Printf("\ndemo: running. Look at:\n"+
-		"  prometheus    %s/graph  (try: rate(fspair_disk_requests_total[1m]); the rules' series: {__name__=~\"domain_disk:.+\"})\n"+
+		"  prometheus    %s/graph  (try: {__name__=~\"domain_disk:.+\"}, the rules' per-disk series)\n"+
 		"  alerts        %s/alerts, Alertmanager %s\n"+
 		"  exporter      %s/metrics\n"+
 		"  node          %s/metrics\n"+
 		"  libvirt       %s\n"+
 		"  grafana       dashboards/*.json, for a Grafana reading this Prometheus (compose.yaml runs one)\n"+
+		"  report        %s\n"+
 		"  logs          %s\n"+
 		"  Ctrl-C to stop and clean up.\n\n",
 		promURL, promURL, st.url("ALERTMANAGER_URL"), st.url("FSPAIR_EXPORTER_URL"), st.url("NODE_EXPORTER_URL"),
-		libvirt, filepath.Join(st.dir, "log"))
+		libvirt, reportPlan(rep), filepath.Join(st.dir, "log"))
+	rep.promURL, rep.since = promURL, time.Now()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			rep.stop()
+			*final = closing(promURL, rep, filepath.Join(st.dir, "log"))
 			return ctx.Err()
-		case <-t.C:
-			if err := summary(ctx, promURL); err != nil {
+		case res := <-rep.done:
+			printLines(rep.finish(res))
+		case now := <-t.C:
+			disks, err := summary(ctx, promURL)
+			if err != nil {
 				fmt.Printf("demo: summary: %v\n", err)
+				continue
+			}
+			if rep.due(now, anyClassed(disks)) {
+				rep.start(now)
 			}
 		}
+	}
+}
+
+// reportPlan says where and when the demo renders the report.
+func reportPlan(rep *reporter) string {
+	if rep.bin == "" {
+		return "not rendered (--report=); make report renders one from this Prometheus"
+	}
+	return fmt.Sprintf("%s/report.{html,png}, rendered every %s once the rules class a disk", rep.dir, minutes(rep.every))
+}
+
+// closing reads the run's summary from Prometheus, which still runs.
+func closing(promURL string, rep *reporter, logs string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	disks, alerts, err := conclusions(ctx, promURL, ".")
+	if err != nil {
+		return []string{fmt.Sprintf("demo: the run's summary: %v", err)}
+	}
+	report, at := rep.last()
+	return finalSummary(time.Now(), disks, alerts, report, at, logs, lineWidth)
+}
+
+func anyClassed(disks []diskState) bool {
+	for _, d := range disks {
+		if d.class != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func printLines(lines []string) {
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 }
 
@@ -223,7 +290,7 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration) 
 func startLibvirt(l *lab.Lab) bool {
 	lv, err := lab.StartLibvirt(l.Progress)
 	if err != nil {
-		fmt.Printf("demo: libvirt is not usable, so every VM is plain QEMU and the dashboards' libvirt row stays empty: %v\n", err)
+		printLines(wrap("demo: ", fmt.Sprintf("libvirt is not usable, so every VM is plain QEMU and the dashboards' libvirt row stays empty: %v", err), lineWidth))
 		return false
 	}
 	l.Defer(lv.Close)
@@ -365,7 +432,7 @@ func (s *stack) generateRules() (string, error) {
 	if s.forScale != 1 {
 		what = append(what, fmt.Sprintf("every alert's for x%g (the demo's; production keeps rules/ as committed)", s.forScale))
 	}
-	fmt.Printf("demo: rules of rules/ with %s in %s\n", strings.Join(what, " and "), dir)
+	printLines(wrap("demo: ", fmt.Sprintf("rules of rules/ with %s in %s", strings.Join(what, " and "), dir), lineWidth))
 	return dir, nil
 }
 
@@ -410,8 +477,9 @@ func follow(ctx context.Context, path, prefix string, keep func(string) bool) {
 	}
 }
 
-// queries of the summary table, by column.
-var columns = []struct{ head, query, format string }{
+// rateColumns are the rates table's queries, by column (the last minute,
+// from the exporter's counters, as a reader of the exporter would ask).
+var rateColumns = []struct{ head, query, format string }{
 	{"READ/s", `sum by (domain, target_device) (rate(fspair_disk_requests_total{op="read"}[1m]))`, "%.1f"},
 	{"WRITE/s", `sum by (domain, target_device) (rate(fspair_disk_requests_total{op="write"}[1m]))`, "%.1f"},
 	{"FLUSH/s", `sum by (domain, target_device) (rate(fspair_disk_requests_total{op="flush"}[1m]))`, "%.1f"},
@@ -421,84 +489,37 @@ var columns = []struct{ head, query, format string }{
 	{"P99_WRITE_ms", `1000 * histogram_quantile(0.99, sum by (domain, target_device, le) (rate(fspair_disk_request_duration_seconds_bucket{op="write"}[1m])))`, "%.2f"},
 }
 
-func summary(ctx context.Context, promURL string) error {
-	rows := map[string]map[string]string{}
-	pairs := map[string]string{}
-	info, err := query(ctx, promURL, `fspair_disk_info`)
+// summary prints, from Prometheus, fspair's conclusions per disk, the
+// disks' request rates and the alerts pending or firing, and returns the
+// disks.
+func summary(ctx context.Context, promURL string) ([]diskState, error) {
+	disks, alerts, err := conclusions(ctx, promURL, ".")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, s := range info {
-		k := s.Metric["domain"] + "/" + s.Metric["target_device"]
-		pairs[k] = s.Metric["guest_fs"] + "/" + s.Metric["host_fs"] + " " + s.Metric["format"]
-		rows[k] = map[string]string{}
-	}
-	for _, c := range columns {
+	rates := map[string]map[string]string{}
+	var heads []string
+	for _, c := range rateColumns {
+		heads = append(heads, c.head)
 		res, err := query(ctx, promURL, c.query)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, s := range res {
-			k := s.Metric["domain"] + "/" + s.Metric["target_device"]
-			if rows[k] == nil {
-				continue
+			k := diskKey(s.Metric)
+			if rates[k] == nil {
+				rates[k] = map[string]string{}
 			}
-			v, _ := strconv.ParseFloat(s.Value[1].(string), 64)
-			rows[k][c.head] = fmt.Sprintf(c.format, v)
+			rates[k][c.head] = number(s.value(), c.format)
 		}
 	}
-	keys := make([]string, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	head := []string{"DISK", "PAIR(guest/host)"}
-	for _, c := range columns {
-		head = append(head, c.head)
-	}
-	fmt.Fprintf(w, "%s\t\n", strings.Join(head, "\t"))
-	for _, k := range keys {
-		line := []string{k, pairs[k]}
-		for _, c := range columns {
-			v := rows[k][c.head]
-			if v == "" || v == "NaN" {
-				v = "-"
-			}
-			line = append(line, v)
-		}
-		fmt.Fprintf(w, "%s\t\n", strings.Join(line, "\t"))
-	}
-	fmt.Printf("demo: per-disk summary from Prometheus at %s (last minute)\n", time.Now().Format("15:04:05"))
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return alerts(ctx, promURL)
-}
-
-// alerts prints the alerts of fspair's rules that are pending or firing.
-// Their windows (5m, 1h) and `for` durations are longer than a short demo
-// run: usually there are none yet.
-func alerts(ctx context.Context, promURL string) error {
-	res, err := query(ctx, promURL, `ALERTS`)
-	if err != nil {
-		return err
-	}
-	var out []string
-	for _, s := range res {
-		a := s.Metric["alertname"] + " " + s.Metric["alertstate"]
-		if d := s.Metric["domain"]; d != "" {
-			a += " (" + d + ")"
-		}
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	if len(out) == 0 {
-		fmt.Println("demo: alerts: none pending or firing")
-		return nil
-	}
-	fmt.Printf("demo: alerts: %s\n", strings.Join(out, ", "))
-	return nil
+	fmt.Printf("demo: %s what fspair concludes per VM disk (Prometheus' rules: class over 5m, knowledge base verdict)\n",
+		time.Now().Format("15:04:05"))
+	printLines(conclusionsTable(disks, lineWidth))
+	fmt.Println("  request rates over the last minute:")
+	printLines(ratesTable(disks, heads, rates, lineWidth))
+	printLines(alertLines(alerts, lineWidth))
+	return disks, nil
 }
 
 type sample struct {

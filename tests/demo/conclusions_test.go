@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+const runbookURL = "https://github.com/fspair/fspair/blob/main/runbooks/"
+
+var since = time.Date(2026, 11, 25, 16, 33, 39, 0, time.Local)
+
+func poorPairing(disk string) alertState {
+	return alertState{
+		name: "FspairPoorPairing", state: "firing", disk: disk, since: since,
+		runbook: "runbooks/FspairPoorPairing.md",
+		summary: "A VM disk runs a workload on a guest/host file-system pair known to be poor for it.",
+		description: "demo-mail disk vda (/tmp/fspair-lab-1273968828/hostfs-btrfs-3369894872/demo-mail.qcow2) on " +
+			"127.0.0.1:19477 has run a mail workload for 3m on ext4 inside the VM over btrfs on the host, a pair the " +
+			"knowledge base (source: site) lists among the worst for mail (classifier confidence 1.00). Better pairs " +
+			"for mail: btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4.",
+	}
+}
+
+// demoDisks are the demo's two disks as a run showed them, mail's alert
+// firing.
+func demoDisks() []diskState {
+	return []diskState{
+		{
+			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "ext4", hostFS: "btrfs", format: "qcow2",
+			class: "mail", confidence: 1, verdict: "worst", source: "site",
+			betterPairs: "btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4",
+			advice:      "Inside the VM prefer btrfs or ext4 and on the host ext4. Avoid xfs inside the VM and btrfs on the host.",
+			writeAmp:    14.2, alerts: []alertState{poorPairing("demo-mail/vda")},
+		},
+		{
+			disk: "demo-web/vda", domain: "demo-web", target: "vda", guestFS: "xfs", hostFS: "ext4", format: "raw",
+			class: "web", confidence: 0.987, verdict: "best", source: "djordjevic2022", writeAmp: 1.02,
+		},
+	}
+}
+
+// longDisks have what a real host may have: long domain names, a pair the
+// knowledge base does not rate, a contested verdict, no class yet, a
+// write amplification in the thousands and several alerts on one disk.
+func longDisks() []diskState {
+	long := "tenant-4711-production-postgresql-primary-eu-west-1b-0123456789abcdef/vdb"
+	many := []alertState{
+		poorPairing(long),
+		{name: "FspairWriteAmplificationHigh", state: "firing", disk: long, since: since, runbook: "runbooks/FspairWriteAmplificationHigh.md", summary: "x"},
+		{name: "FspairMailFlushLatencyHigh", state: "firing", disk: long, since: since, runbook: "runbooks/FspairMailFlushLatencyHigh.md", summary: "x"},
+		{name: "FspairHostFSLatencyOverheadHigh", state: "pending", disk: long, since: since, runbook: "runbooks/FspairHostFSLatencyOverheadHigh.md", summary: "x"},
+	}
+	return []diskState{
+		{disk: long, domain: strings.TrimSuffix(long, "/vdb"), target: "vdb", guestFS: "btrfs", hostFS: "btrfs", format: "qcow2",
+			class: "fileserver", confidence: 0.4, verdict: "contested", source: "djordjevic2022", writeAmp: 1234.5678, alerts: many},
+		{disk: "a/vda", domain: "a", target: "vda", guestFS: "ext4", hostFS: "zfs", format: "raw", class: "mail", confidence: 0.5,
+			writeAmp: math.NaN()},
+		{disk: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab/sda", domain: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab",
+			target: "sda", confidence: math.NaN(), writeAmp: math.NaN()},
+		{disk: strings.Repeat("x", 200) + "/vda", domain: strings.Repeat("x", 200), target: "vda",
+			guestFS: "ext4", hostFS: "ext4", format: "raw", class: "idle", confidence: 1, writeAmp: math.NaN()},
+	}
+}
+
+func checkWidth(t *testing.T, what string, lines []string) {
+	t.Helper()
+	if len(lines) == 0 {
+		t.Fatalf("%s: no lines", what)
+	}
+	for _, l := range lines {
+		if runes(l) > lineWidth {
+			t.Errorf("%s: line of %d columns, over %d:\n%s", what, runes(l), lineWidth, l)
+		}
+	}
+}
+
+// The rows demo-smoke checks (scripts/demo-smoke.sh greps the same
+// patterns): keep both in step.
+var (
+	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +ext4/btrfs qcow2 +worst, site +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)`)
+	smokeWeb  = regexp.MustCompile(`^demo-web/vda +web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+ +-$`)
+)
+
+func TestConclusionsTableDemo(t *testing.T) {
+	lines := conclusionsTable(demoDisks(), lineWidth)
+	checkWidth(t, "conclusions", lines)
+	want := []string{
+		"DISK           CLASS  CONF  PAIR(guest/host)  KDB_VERDICT      WR_AMP  ALERTS (runbook)",
+		"demo-mail/vda  mail   1.00  ext4/btrfs qcow2  worst, site      14.20   FspairPoorPairing (runbooks/FspairPoorPairing.md)",
+		"demo-web/vda   web    0.99  xfs/ext4 raw      best, published  1.02    -",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if !smokeMail.MatchString(lines[1]) {
+		t.Errorf("demo-smoke's pattern for the mail row does not match %q", lines[1])
+	}
+	if !smokeWeb.MatchString(lines[2]) {
+		t.Errorf("demo-smoke's pattern for the web row does not match %q", lines[2])
+	}
+	// The pending alert shows as such, without its runbook, and the
+	// smoke's pattern wants it firing.
+	d := demoDisks()
+	d[0].alerts[0].state = "pending"
+	pending := conclusionsTable(d, lineWidth)[1]
+	if !strings.HasSuffix(pending, "FspairPoorPairing pending") || smokeMail.MatchString(pending) {
+		t.Errorf("pending alert row: %q", pending)
+	}
+}
+
+func TestConclusionsTableLongValues(t *testing.T) {
+	lines := conclusionsTable(longDisks(), lineWidth)
+	checkWidth(t, "conclusions", lines)
+	t.Logf("\n%s", strings.Join(lines, "\n"))
+	long := lines[1]
+	if !strings.Contains(long, "~/vdb ") {
+		t.Errorf("long domain not cut to keep its target: %q", long)
+	}
+	for _, w := range []string{"fileserver", "0.40", "btrfs/btrfs qcow2", "contested, published", "1234.57", "FspairMailFlushLatencyHigh +3"} {
+		if !strings.Contains(long, w) {
+			t.Errorf("row %q lacks %q", long, w)
+		}
+	}
+	if !strings.Contains(lines[2], " neither ") {
+		t.Errorf("a mail disk on a pair the knowledge base does not rate: %q, want verdict neither", lines[2])
+	}
+	if f := strings.Fields(lines[3]); f[1] != "-" || f[2] != "-" {
+		t.Errorf("a disk not classed yet: %q, want class and confidence -", lines[3])
+	}
+	if f := strings.Fields(lines[4]); f[1] != "idle" || f[5] != "-" {
+		t.Errorf("an idle disk: %q, want class idle, no verdict", lines[4])
+	}
+	// The columns line up: every row's class starts under CLASS.
+	col := strings.Index(lines[0], "CLASS")
+	for _, l := range lines[1:] {
+		if l[col-2:col] != "  " || l[col] == ' ' {
+			t.Errorf("class not in its column %d: %q", col, l)
+		}
+	}
+}
+
+func TestAlertsCell(t *testing.T) {
+	alerts := longDisks()[0].alerts
+	for _, width := range []int{300, 60, 30, 12, 5} {
+		c := alertsCell(alerts, width)
+		if runes(c) > width {
+			t.Errorf("width %d: %q is wider", width, c)
+		}
+		t.Logf("width %d: %q", width, c)
+	}
+	if c := alertsCell(alerts, 300); !strings.Contains(c, "FspairMailFlushLatencyHigh (runbooks/FspairMailFlushLatencyHigh.md)") ||
+		!strings.HasSuffix(c, "FspairHostFSLatencyOverheadHigh pending") {
+		t.Errorf("wide: %q, want every firing alert with its runbook, the pending one last", c)
+	}
+	if c, want := alertsCell(alerts, 60), "FspairMailFlushLatencyHigh, FspairPoorPairing +2"; c != want {
+		t.Errorf("60 columns: %q, want %q", c, want)
+	}
+	if c := alertsCell(nil, 10); c != "-" {
+		t.Errorf("no alerts: %q", c)
+	}
+}
+
+func TestRatesTable(t *testing.T) {
+	disks := append(demoDisks(), longDisks()...)
+	rates := map[string]map[string]string{
+		"demo-mail/vda": {"READ/s": "122.9", "WRITE/s": "128.8", "FLUSH/s": "95.2", "KiB/req": "5.3", "RANDOM%": "80", "SYNC_WR%": "99", "P99_WRITE_ms": "0.23"},
+		"demo-web/vda":  {"READ/s": "316.0", "WRITE/s": "3.0", "FLUSH/s": "0.1", "KiB/req": "4.6", "RANDOM%": "82", "SYNC_WR%": "NaN", "P99_WRITE_ms": "14.87"},
+	}
+	heads := []string{"READ/s", "WRITE/s", "FLUSH/s", "KiB/req", "RANDOM%", "SYNC_WR%", "P99_WRITE_ms"}
+	lines := ratesTable(disks, heads, rates, lineWidth)
+	checkWidth(t, "rates", lines)
+	if want := "  demo-web/vda "; !strings.HasPrefix(lines[2], want) {
+		t.Fatalf("row %q, want it to begin %q", lines[2], want)
+	}
+	// demo-smoke reads READ/s and WRITE/s as the second and third fields.
+	if f := strings.Fields(lines[1]); f[1] != "122.9" || f[2] != "128.8" {
+		t.Errorf("mail rates row %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[6] != "-" {
+		t.Errorf("NaN shows as %q, want -", f[6])
+	}
+}
+
+func TestAlertLines(t *testing.T) {
+	if got := alertLines(nil, lineWidth); len(got) != 1 || got[0] != "demo: alerts: none pending or firing" {
+		t.Errorf("no alerts: %q", got)
+	}
+	alerts := append(longDisks()[0].alerts, alertState{name: "FspairExporterDown", state: "pending", since: since,
+		runbook: "runbooks/FspairExporterDown.md", summary: "The fspair exporter cannot be scraped."})
+	lines := alertLines(alerts, lineWidth)
+	checkWidth(t, "alerts", lines)
+	if !strings.HasPrefix(lines[0], "demo: alert FspairMailFlushLatencyHigh firing on tenant-4711-production-postgresql-p~/vdb, active since 16:33:39:") {
+		t.Errorf("first alert line %q, want the firing ones first, by name", lines[0])
+	}
+	all := strings.Join(lines, "\n")
+	for _, w := range []string{"runbooks/FspairPoorPairing.md", "runbooks/FspairExporterDown.md", "active since 16:33:39", "known to be poor for it."} {
+		if !strings.Contains(all, w) {
+			t.Errorf("alert lines lack %q:\n%s", w, all)
+		}
+	}
+}
+
+func TestFinalSummary(t *testing.T) {
+	at := time.Date(2026, 11, 25, 16, 41, 0, 0, time.Local)
+	disks := demoDisks()
+	report := []string{"/var/tmp/fspair-demo/report/report.html", "/var/tmp/fspair-demo/report/report.png"}
+	lines := finalSummary(at, disks, disks[0].alerts, report, "16:39:30", "/var/tmp/fspair-demo/log", lineWidth)
+	checkWidth(t, "final summary", lines)
+	t.Logf("\n%s", strings.Join(lines, "\n"))
+	all := strings.Join(lines, "\n")
+	flat := strings.Join(strings.Fields(all), " ")
+	for _, w := range []string{
+		"demo-mail/vda mail (confidence 1.00) on ext4/btrfs qcow2. The knowledge base (site) lists this pair as worst for mail.",
+		"Better pairs for mail: btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4.",
+		"Advice: Inside the VM prefer btrfs or ext4",
+		"Alerts: FspairPoorPairing firing, active since 16:33:39 (runbooks/FspairPoorPairing.md).",
+		"demo-web/vda web (confidence 0.99) on xfs/ext4 raw. The knowledge base (published: djordjevic2022) lists this pair as best for web. Write amplification 1.02. No alerts.",
+		"why FspairPoorPairing: demo-mail disk vda",
+		"runbooks runbooks/FspairPoorPairing.md",
+		"dashboards/fspair-disk.json with domain=demo-mail", "dashboards/fspair-fleet.json", "dashboards/fspair-kdb.json with workload=mail",
+		"report /var/tmp/fspair-demo/report/report.html (rendered at 16:39:30", "/var/tmp/fspair-demo/report/report.png",
+		"logs /var/tmp/fspair-demo/log",
+	} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("summary lacks %q", w)
+		}
+	}
+	if !strings.HasPrefix(lines[0], "demo: what this run showed (from Prometheus at 16:41:00") {
+		t.Errorf("first line %q", lines[0])
+	}
+
+	// Long values, no report, no alert fired.
+	lines = finalSummary(at, longDisks(), nil, nil, "", "/var/tmp/fspair-demo/log", lineWidth)
+	checkWidth(t, "final summary, long values", lines)
+	flat = strings.Join(strings.Fields(strings.Join(lines, "\n")), " ")
+	for _, w := range []string{"not classed (yet)", "none rendered in this run", "runbooks none fired", "neither best nor worst for mail"} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("summary with long values lacks %q:\n%s", w, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+func TestWrap(t *testing.T) {
+	text := "FspairPoorPairing firing since 16:33:39 " + strings.Repeat("word ", 60) + strings.Repeat("y", 300)
+	lines := wrap("  why FspairPoorPairing: ", text, 80)
+	for i, l := range lines {
+		if runes(l) > 80 {
+			t.Errorf("line %d of %d columns: %q", i, runes(l), l)
+		}
+		if i > 0 && !strings.HasPrefix(l, strings.Repeat(" ", 25)) {
+			t.Errorf("line %d not indented under the first's text: %q", i, l)
+		}
+	}
+	if got := strings.Join(strings.Fields(strings.Join(lines[:len(lines)-1], " ")), " "); got != "why FspairPoorPairing: FspairPoorPairing firing since 16:33:39 "+strings.TrimSpace(strings.Repeat("word ", 60)) {
+		t.Errorf("words lost or reordered: %q", got)
+	}
+	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "y~") {
+		t.Errorf("a word longer than a line: %q, want it cut", last)
+	}
+}
+
+func TestCutDisk(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"demo-mail/vda", 20, "demo-mail/vda"},
+		{"demo-mail/vda", 10, "demo-~/vda"},
+		{"demo-mail/vda", 5, "demo~"},
+		{"no-target-at-all", 8, "no-targ~"},
+		{"ünïcödé-dömäin/vda", 12, "ünïcödé~/vda"},
+	} {
+		if got := cutDisk(c.in, c.n); got != c.want {
+			t.Errorf("cutDisk(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
+
+func TestRunbookPath(t *testing.T) {
+	if got := runbookPath(runbookURL+"FspairPoorPairing.md", "../.."); got != "runbooks/FspairPoorPairing.md" {
+		t.Errorf("a runbook of the repository: %q", got)
+	}
+	if got := runbookPath(runbookURL+"NoSuchAlert.md", "../.."); got != runbookURL+"NoSuchAlert.md" {
+		t.Errorf("a runbook the repository lacks: %q, want the URL", got)
+	}
+	if got := runbookPath("", "../.."); got != "no runbook_url" {
+		t.Errorf("no runbook_url: %q", got)
+	}
+}
+
+// The series the conclusions read are recorded by the rules (not names of
+// the demo's own making).
+func TestSeriesAreRecorded(t *testing.T) {
+	var rules string
+	for _, f := range []string{"../../rules/fspair.rules.yml", "../../rules/fspair-kdb.rules.yml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules += string(b)
+	}
+	for _, s := range []string{seriesClass, seriesConfidence, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
+		if !strings.Contains(rules, "- record: "+s+"\n") {
+			t.Errorf("%s is recorded by no rule of rules/", s)
+		}
+	}
+}
+
+// conclusions joins the series by disk, against a Prometheus that answers
+// as the demo's did.
+func TestConclusionsFromPrometheus(t *testing.T) {
+	disk := func(domain string, extra ...string) map[string]string {
+		m := map[string]string{"instance": "127.0.0.1:19477", "domain": domain, "target_device": "vda", "source_file": "/x/" + domain}
+		for i := 0; i+1 < len(extra); i += 2 {
+			m[extra[i]] = extra[i+1]
+		}
+		return m
+	}
+	results := map[string][]sample{
+		seriesDisks: {
+			{Metric: disk("demo-mail", "guest_fs", "ext4", "host_fs", "btrfs", "format", "qcow2")},
+			{Metric: disk("demo-web", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
+		},
+		seriesClass:      {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")}},
+		seriesConfidence: {{Metric: disk("demo-mail"), Value: []any{1.0, "1"}}, {Metric: disk("demo-web"), Value: []any{1.0, "0.9867"}}},
+		seriesVerdict: {
+			{Metric: disk("demo-mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4")},
+			{Metric: disk("demo-web", "verdict", "best", "source", "djordjevic2022")},
+		},
+		seriesWriteAmp: {{Metric: disk("demo-mail"), Value: []any{1.0, "13.88"}}},
+		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "advice": "Avoid btrfs on the host."}}},
+		seriesKdbVerdict: {
+			{Metric: map[string]string{"workload": "mail", "guest_fs": "ext4", "host_fs": "btrfs", "verdict": "best", "source": "djordjevic2022"}},
+			{Metric: map[string]string{"workload": "web", "guest_fs": "xfs", "host_fs": "ext4", "verdict": "best", "source": "djordjevic2022"}},
+		},
+		// A disk the rules know of that fspair_disk_info no longer lists is left out.
+		"": {{Metric: disk("gone", "class", "web")}},
+	}
+	results[seriesClass] = append(results[seriesClass], results[""]...)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/v1/query":
+			res, ok := results[r.URL.Query().Get("query")]
+			if !ok {
+				t.Errorf("unexpected query %q", r.URL.Query().Get("query"))
+			}
+			for i := range res {
+				if res[i].Value == nil {
+					res[i].Value = []any{1.0, "1"}
+				}
+			}
+			json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": res}})
+		case "/api/v1/alerts":
+			w.Write([]byte(`{"status":"success","data":{"alerts":[
+				{"labels":{"alertname":"FspairPoorPairing","domain":"demo-mail","target_device":"vda"},
+				 "annotations":{"summary":"poor","description":"why","runbook_url":"` + runbookURL + `FspairPoorPairing.md"},
+				 "state":"firing","activeAt":"2026-11-25T16:33:39Z"},
+				{"labels":{"alertname":"FspairExporterDown"},"annotations":{},"state":"pending","activeAt":"2026-11-25T16:40:00Z"}]}}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	disks, alerts, err := conclusions(context.Background(), srv.URL, "../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(disks) != 2 || len(alerts) != 2 {
+		t.Fatalf("%d disks, %d alerts; want 2 and 2: %+v %+v", len(disks), len(alerts), disks, alerts)
+	}
+	mail, web := disks[0], disks[1]
+	if mail.disk != "demo-mail/vda" || mail.class != "mail" || mail.confidence != 1 || mail.verdict != "worst" || mail.source != "site" ||
+		mail.betterPairs != "btrfs/ext4, xfs/ext4" || mail.writeAmp != 13.88 || mail.advice != "Avoid btrfs on the host." ||
+		mail.pairText() != "ext4/btrfs qcow2" {
+		t.Errorf("mail disk: %+v", mail)
+	}
+	if !mail.kdbRates || !web.kdbRates {
+		t.Errorf("the knowledge base rates both pairs: mail %v, web %v", mail.kdbRates, web.kdbRates)
+	}
+	if len(mail.alerts) != 1 || mail.alerts[0].runbook != "runbooks/FspairPoorPairing.md" || !mail.alerts[0].firing() {
+		t.Errorf("mail disk's alerts: %+v", mail.alerts)
+	}
+	if web.disk != "demo-web/vda" || web.verdictText() != "best, published" || !math.IsNaN(web.writeAmp) || len(web.alerts) != 0 || web.advice != "" {
+		t.Errorf("web disk: %+v", web)
+	}
+	if alerts[0].name != "FspairPoorPairing" || alerts[1].name != "FspairExporterDown" || alerts[1].disk != "" || alerts[1].runbook != "no runbook_url" {
+		t.Errorf("alerts: %+v", alerts)
+	}
+}
+
+func TestVerdictText(t *testing.T) {
+	for _, c := range []struct {
+		d    diskState
+		want string
+	}{
+		{diskState{class: "mail", verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
+		{diskState{class: "web", verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
+		{diskState{class: "mail", verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
+		// A pair the knowledge base does not list for the class.
+		{diskState{class: "mail"}, "neither"},
+		// Listed, but the rules have not joined the verdict to the disk yet.
+		{diskState{class: "mail", kdbRates: true}, "-"},
+		{diskState{class: "idle"}, "-"},
+		{diskState{class: "mixed"}, "-"},
+		{diskState{}, "-"},
+	} {
+		if got := c.d.verdictText(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.d, got, c.want)
+		}
+	}
+}
