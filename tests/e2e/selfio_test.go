@@ -19,7 +19,7 @@ import (
 // again every second. In each attach mode this kernel runs, the exporter
 // reads MBs of the image while its request counters (guest data and qcow2
 // metadata alike) stay at 0, and another process's direct reads of the same
-// file are counted exactly. The image is on XFS, where even the tracepoint
+// file (pread, O_DIRECT) are counted exactly. The image is on XFS, where even the tracepoint
 // mode sees buffered reads.
 func TestOwnReadsNotCounted(t *testing.T) {
 	ctx := context.Background()
@@ -60,11 +60,13 @@ func TestOwnReadsNotCounted(t *testing.T) {
 				t.Errorf("the exporter's own reads were counted as the VM's: %v requests", own)
 			}
 			// Another process reads 8 clusters of the file (its header and
-			// tables: qcow2 metadata) with O_DIRECT, which every mode follows.
-			if out, err := exec.Command("dd", "if="+img, "of=/dev/null", "iflag=direct", "bs=4096", "count=8").CombinedOutput(); err != nil {
-				t.Fatalf("dd: %v: %s", err, out)
+			// tables: qcow2 metadata) with pread(2) and O_DIRECT, as QEMU
+			// reads with cache=none, which every mode follows.
+			if out, err := exec.Command("fio", "--name=other", "--filename="+img, "--rw=read", "--bs=4k", "--size=32k",
+				"--direct=1", "--ioengine=psync", "--invalidate=0").CombinedOutput(); err != nil {
+				t.Fatalf("fio: %v: %s", err, out)
 			}
-			s, _ = ex.waitFor(t, 10*time.Second, "dd's reads counted", func(s scrape) bool {
+			s, _ = ex.waitFor(t, 10*time.Second, "the other process's reads counted", func(s scrape) bool {
 				return s.sum("fspair_disk_requests_total", map[string]string{"domain": "selfio", "op": "read"})+
 					s.sum("fspair_disk_format_metadata_requests_total", map[string]string{"domain": "selfio", "op": "read"}) >= 8
 			})
