@@ -28,14 +28,16 @@
 #     lock (/var/tmp/fspair-lab.lock) unless a caller holds it, starts
 #     virtlogd and libvirtd if they do not answer, and stops what it started.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
-# PARTS selects parts: iops,stats,scrape,libvirt is all of it (PARTS=scrape
-# runs part 3 alone).
+#  5. BPF time per guest request in each mode (bench/pathcost, a lab guest)
+#     and libbpf-tools' per device request on the same runs.
+# PARTS selects parts: iops,stats,scrape,libvirt,pathcost is all of it
+# (PARTS=scrape runs part 3 alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/fspair_exporter}
 RUNTIME=${RUNTIME:-10}   # seconds per fio run
 REPS=${REPS:-5}          # runs per configuration
-PARTS=${PARTS:-iops,stats,scrape,libvirt}
+PARTS=${PARTS:-iops,stats,scrape,libvirt,pathcost}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 4
 LIBVIRT_DISKS_PER_VM=${LIBVIRT_DISKS_PER_VM:-10}
 LAB_LOCK=${LAB_LOCK:-/var/tmp/fspair-lab.lock}
@@ -291,6 +293,16 @@ holds_lab_lock() {
 	done
 	return 1
 }
+# take_lab_lock: the lab lock for the rest of the run, unless a caller holds it.
+take_lab_lock() {
+	if holds_lab_lock || [ -n "${lab_locked:-}" ]; then
+		return
+	fi
+	exec 9>>"$LAB_LOCK"
+	log "waiting for the lab lock $LAB_LOCK"
+	flock 9
+	lab_locked=1
+}
 virsh_() { timeout 120 virsh -q -c "$libvirt_uri" "$@"; }
 # sock_answers: whether something accepts connections on a UNIX socket (a
 # killed daemon leaves its socket file behind).
@@ -434,13 +446,7 @@ if want libvirt; then
 		log "LIBVIRT_DISKS_PER_VM=$LIBVIRT_DISKS_PER_VM: want 1 to 20"
 		exit 1
 	fi
-	if holds_lab_lock; then
-		log "the lab lock is held by a caller"
-	else
-		exec 9>>"$LAB_LOCK"
-		log "waiting for the lab lock $LAB_LOCK"
-		flock 9
-	fi
+	take_lab_lock
 	ensure_libvirt
 	prefix=fspair-bench-$$-
 	undo+=(destroy_domains)
@@ -507,6 +513,20 @@ if want libvirt; then
 				n, vms, 1000*ft, 1000*fz, fr/1024, fs, 1000*lt, 1000*lz, lr/1024, ls, io }' | tee -a "$out"
 		stop_exporter
 		stop_child "$lexp" prometheus-libvirt-exporter
+	done
+fi
+
+# 5: BPF time per guest request in each mode, with libbpf-tools' per
+# device request beside it (bench/pathcost: a lab guest, cache=none disks
+# through QEMU's three aio modes).
+if want pathcost; then
+	take_lab_lock
+	first=1
+	for mode in $MODES; do
+		log "BPF time per guest request: $mode mode"
+		go run ./bench/pathcost -exporter "$BIN" -mode "$mode" -libbpf-tools=$([ -n "$first" ] && echo true || echo false) |
+			tee -a "$out"
+		first=
 	done
 fi
 
