@@ -555,7 +555,12 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 static __always_inline void complete(struct inflight *rec, s64 ret)
 {
 	u32 slot = rec->slot;
-	u8 op = rec->op;
+	/*
+	 * The op indexes the counters' arrays: bounded where the verifier sees
+	 * it (v6.1's loses the bound of a byte loaded through the callers'
+	 * branches on it).
+	 */
+	u32 op = bounded(rec->op, 7);
 	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
 	struct seek_state *sk = bpf_map_lookup_elem(&disk_seek, &slot);
 	u64 lat, bytes;
