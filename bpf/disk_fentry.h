@@ -11,9 +11,10 @@
  *   length at entry; fexit the result);
  * - linux-aio direct I/O returns -EIOCBQUEUED and completes at
  *   iomap_dio_complete (fexit), in interrupt or workqueue context;
- * - flushes: vfs_fsync_range, which fdatasync/fsync, io_uring's and
- *   linux-aio's fsync all call; discards, write-zeroes and allocation:
- *   vfs_fallocate;
+ * - flushes: each file system's fsync (ext4_sync_file, xfs_file_fsync,
+ *   btrfs_sync_file), which fdatasync/fsync, io_uring's and linux-aio's
+ *   fsync and O_DSYNC writes all reach; discards, write-zeroes and
+ *   allocation: each file system's fallocate;
  * - io_uring requests are counted by the io_uring tracepoints
  *   (disk.bpf.c), as in every mode; here they only mark the thread.
  *
@@ -116,47 +117,62 @@ int dio_complete_exit(u64 *ctx)
 	return 0;
 }
 
-/* vfs_fsync_range(file, start, end, datasync) */
-SEC("fentry/vfs_fsync_range")
-int vfs_fsync_enter(u64 *ctx)
-{
-	flush_enter((struct file *)ctx[0]);
-	return 0;
-}
+/*
+ * Flushes and fallocate at each file system's own function, which the VFS
+ * calls through the file's operations: vfs_fsync_range and vfs_fallocate
+ * would take one pair for all, but the compiler inlines them into their
+ * system calls (Debian's 6.1: fdatasync(2) reaches ext4_sync_file without
+ * calling vfs_fsync_range), while a function called through a pointer
+ * cannot be inlined. Both take (file, ...) with the result in ctx[4]:
+ * fsync(file, start, end, datasync), fallocate(file, mode, offset, len).
+ */
+#define FSYNC_HOOKS(fs, fn)                                              \
+	SEC("fentry/" #fn)                                               \
+	int fs##_fsync_enter(u64 *ctx)                                   \
+	{                                                                \
+		flush_enter((struct file *)ctx[0]);                      \
+		return 0;                                                \
+	}                                                                \
+	SEC("fexit/" #fn)                                                \
+	int fs##_fsync_exit(u64 *ctx)                                    \
+	{                                                                \
+		inode_call_exit(((struct file *)ctx[0])->f_inode, (s64)(s32)ctx[4]); \
+		return 0;                                                \
+	}
 
-SEC("fexit/vfs_fsync_range")
-int vfs_fsync_exit(u64 *ctx)
-{
-	struct file *f = (void *)ctx[0];
+#define FALLOCATE_HOOKS(fs, fn)                                          \
+	SEC("fentry/" #fn)                                               \
+	int fs##_fallocate_enter(u64 *ctx)                               \
+	{                                                                \
+		fallocate_call_enter((struct file *)ctx[0], ctx[1], ctx[2], ctx[3]); \
+		return 0;                                                \
+	}                                                                \
+	SEC("fexit/" #fn)                                                \
+	int fs##_fallocate_exit(u64 *ctx)                                \
+	{                                                                \
+		inode_call_exit(((struct file *)ctx[0])->f_inode, (s64)(s32)ctx[4]); \
+		return 0;                                                \
+	}
 
-	inode_call_exit(f->f_inode, (s64)(s32)ctx[4]);
-	return 0;
-}
-
-/* vfs_fallocate(file, mode, offset, len) */
-SEC("fentry/vfs_fallocate")
-int vfs_fallocate_enter(u64 *ctx)
+/* A fallocate on a file reached its file system: follow it if it is a tracked image's. */
+static __always_inline void fallocate_call_enter(struct file *f, u32 mode, u64 offset, u64 len)
 {
-	struct file *f = (void *)ctx[0];
 	struct inode *inode = f->f_inode;
 	struct inflight rec = {};
 	u32 *slot;
 
 	slot = inode_slot(inode);
 	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
-		return 0;
-	if (submit(&rec, *slot, fallocate_op(ctx[1]), ctx[2], ctx[3], task_iface(), false))
+		return;
+	if (submit(&rec, *slot, fallocate_op(mode), offset, len, task_iface(), false))
 		call_park(&rec, (u64)inode, (u64)inode);
-	return 0;
 }
 
-SEC("fexit/vfs_fallocate")
-int vfs_fallocate_exit(u64 *ctx)
-{
-	struct file *f = (void *)ctx[0];
-
-	inode_call_exit(f->f_inode, (s64)(s32)ctx[4]);
-	return 0;
-}
+FSYNC_HOOKS(ext4, ext4_sync_file)
+FSYNC_HOOKS(xfs, xfs_file_fsync)
+FSYNC_HOOKS(btrfs, btrfs_sync_file)
+FALLOCATE_HOOKS(ext4, ext4_fallocate)
+FALLOCATE_HOOKS(xfs, xfs_file_fallocate)
+FALLOCATE_HOOKS(btrfs, btrfs_fallocate)
 
 #endif /* FSPAIR_DISK_FENTRY_H */

@@ -133,6 +133,10 @@ const (
 	DiskMapIoTasks               = "io_tasks"
 	DiskMapRegistrations         = "registrations"
 	DiskMapVmmTgids              = "vmm_tgids"
+	DiskProgBtrfsFallocateEnter  = "btrfs_fallocate_enter"
+	DiskProgBtrfsFallocateExit   = "btrfs_fallocate_exit"
+	DiskProgBtrfsFsyncEnter      = "btrfs_fsync_enter"
+	DiskProgBtrfsFsyncExit       = "btrfs_fsync_exit"
 	DiskProgBtrfsReadEnter       = "btrfs_read_enter"
 	DiskProgBtrfsReadExit        = "btrfs_read_exit"
 	DiskProgBtrfsSync            = "btrfs_sync"
@@ -143,6 +147,10 @@ const (
 	DiskProgDioRwBegin           = "dio_rw_begin"
 	DiskProgExt4Allocate         = "ext4_allocate"
 	DiskProgExt4Discard          = "ext4_discard"
+	DiskProgExt4FallocateEnter   = "ext4_fallocate_enter"
+	DiskProgExt4FallocateExit    = "ext4_fallocate_exit"
+	DiskProgExt4FsyncEnter       = "ext4_fsync_enter"
+	DiskProgExt4FsyncExit        = "ext4_fsync_exit"
 	DiskProgExt4ReadEnter        = "ext4_read_enter"
 	DiskProgExt4ReadExit         = "ext4_read_exit"
 	DiskProgExt4SyncEnter        = "ext4_sync_enter"
@@ -178,13 +186,13 @@ const (
 	DiskProgPwritevEnter         = "pwritev_enter"
 	DiskProgPwritevExit          = "pwritev_exit"
 	DiskProgRegisterImage        = "register_image"
-	DiskProgVfsFallocateEnter    = "vfs_fallocate_enter"
-	DiskProgVfsFallocateExit     = "vfs_fallocate_exit"
-	DiskProgVfsFsyncEnter        = "vfs_fsync_enter"
-	DiskProgVfsFsyncExit         = "vfs_fsync_exit"
 	DiskProgXfsBufferedRead      = "xfs_buffered_read"
 	DiskProgXfsBufferedWrite     = "xfs_buffered_write"
+	DiskProgXfsFallocateEnter    = "xfs_fallocate_enter"
+	DiskProgXfsFallocateExit     = "xfs_fallocate_exit"
 	DiskProgXfsFsync             = "xfs_fsync"
+	DiskProgXfsFsyncEnter        = "xfs_fsync_enter"
+	DiskProgXfsFsyncExit         = "xfs_fsync_exit"
 	DiskProgXfsReadEnter         = "xfs_read_enter"
 	DiskProgXfsReadExit          = "xfs_read_exit"
 	DiskProgXfsWriteEnter        = "xfs_write_enter"
@@ -245,62 +253,70 @@ type DiskSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskProgramSpecs struct {
-	BtrfsReadEnter    *ebpf.ProgramSpec `ebpf:"btrfs_read_enter"`
-	BtrfsReadExit     *ebpf.ProgramSpec `ebpf:"btrfs_read_exit"`
-	BtrfsSync         *ebpf.ProgramSpec `ebpf:"btrfs_sync"`
-	BtrfsWriteEnter   *ebpf.ProgramSpec `ebpf:"btrfs_write_enter"`
-	BtrfsWriteExit    *ebpf.ProgramSpec `ebpf:"btrfs_write_exit"`
-	DioComplete       *ebpf.ProgramSpec `ebpf:"dio_complete"`
-	DioCompleteExit   *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
-	DioRwBegin        *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
-	Ext4Allocate      *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
-	Ext4Discard       *ebpf.ProgramSpec `ebpf:"ext4_discard"`
-	Ext4ReadEnter     *ebpf.ProgramSpec `ebpf:"ext4_read_enter"`
-	Ext4ReadExit      *ebpf.ProgramSpec `ebpf:"ext4_read_exit"`
-	Ext4SyncEnter     *ebpf.ProgramSpec `ebpf:"ext4_sync_enter"`
-	Ext4SyncExit      *ebpf.ProgramSpec `ebpf:"ext4_sync_exit"`
-	Ext4WriteEnter    *ebpf.ProgramSpec `ebpf:"ext4_write_enter"`
-	Ext4WriteExit     *ebpf.ProgramSpec `ebpf:"ext4_write_exit"`
-	Ext4WriteZeroes   *ebpf.ProgramSpec `ebpf:"ext4_write_zeroes"`
-	FallocateEnter    *ebpf.ProgramSpec `ebpf:"fallocate_enter"`
-	FallocateExit     *ebpf.ProgramSpec `ebpf:"fallocate_exit"`
-	FdatasyncEnter    *ebpf.ProgramSpec `ebpf:"fdatasync_enter"`
-	FdatasyncExit     *ebpf.ProgramSpec `ebpf:"fdatasync_exit"`
-	FsyncEnter        *ebpf.ProgramSpec `ebpf:"fsync_enter"`
-	FsyncExit         *ebpf.ProgramSpec `ebpf:"fsync_exit"`
-	IoSubmitEnter     *ebpf.ProgramSpec `ebpf:"io_submit_enter"`
-	IoSubmitExit      *ebpf.ProgramSpec `ebpf:"io_submit_exit"`
-	IoUringDone       *ebpf.ProgramSpec `ebpf:"io_uring_done"`
-	IoUringPunt       *ebpf.ProgramSpec `ebpf:"io_uring_punt"`
-	IoUringSubmit     *ebpf.ProgramSpec `ebpf:"io_uring_submit"`
-	IoUringSubmitSqe  *ebpf.ProgramSpec `ebpf:"io_uring_submit_sqe"`
-	IomapDioBegin     *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
-	IomapDioDone      *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
-	IomapDioQueued    *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
-	Pread64Enter      *ebpf.ProgramSpec `ebpf:"pread64_enter"`
-	Pread64Exit       *ebpf.ProgramSpec `ebpf:"pread64_exit"`
-	Preadv2Enter      *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
-	Preadv2Exit       *ebpf.ProgramSpec `ebpf:"preadv2_exit"`
-	PreadvEnter       *ebpf.ProgramSpec `ebpf:"preadv_enter"`
-	PreadvExit        *ebpf.ProgramSpec `ebpf:"preadv_exit"`
-	Pwrite64Enter     *ebpf.ProgramSpec `ebpf:"pwrite64_enter"`
-	Pwrite64Exit      *ebpf.ProgramSpec `ebpf:"pwrite64_exit"`
-	Pwritev2Enter     *ebpf.ProgramSpec `ebpf:"pwritev2_enter"`
-	Pwritev2Exit      *ebpf.ProgramSpec `ebpf:"pwritev2_exit"`
-	PwritevEnter      *ebpf.ProgramSpec `ebpf:"pwritev_enter"`
-	PwritevExit       *ebpf.ProgramSpec `ebpf:"pwritev_exit"`
-	RegisterImage     *ebpf.ProgramSpec `ebpf:"register_image"`
-	VfsFallocateEnter *ebpf.ProgramSpec `ebpf:"vfs_fallocate_enter"`
-	VfsFallocateExit  *ebpf.ProgramSpec `ebpf:"vfs_fallocate_exit"`
-	VfsFsyncEnter     *ebpf.ProgramSpec `ebpf:"vfs_fsync_enter"`
-	VfsFsyncExit      *ebpf.ProgramSpec `ebpf:"vfs_fsync_exit"`
-	XfsBufferedRead   *ebpf.ProgramSpec `ebpf:"xfs_buffered_read"`
-	XfsBufferedWrite  *ebpf.ProgramSpec `ebpf:"xfs_buffered_write"`
-	XfsFsync          *ebpf.ProgramSpec `ebpf:"xfs_fsync"`
-	XfsReadEnter      *ebpf.ProgramSpec `ebpf:"xfs_read_enter"`
-	XfsReadExit       *ebpf.ProgramSpec `ebpf:"xfs_read_exit"`
-	XfsWriteEnter     *ebpf.ProgramSpec `ebpf:"xfs_write_enter"`
-	XfsWriteExit      *ebpf.ProgramSpec `ebpf:"xfs_write_exit"`
+	BtrfsFallocateEnter *ebpf.ProgramSpec `ebpf:"btrfs_fallocate_enter"`
+	BtrfsFallocateExit  *ebpf.ProgramSpec `ebpf:"btrfs_fallocate_exit"`
+	BtrfsFsyncEnter     *ebpf.ProgramSpec `ebpf:"btrfs_fsync_enter"`
+	BtrfsFsyncExit      *ebpf.ProgramSpec `ebpf:"btrfs_fsync_exit"`
+	BtrfsReadEnter      *ebpf.ProgramSpec `ebpf:"btrfs_read_enter"`
+	BtrfsReadExit       *ebpf.ProgramSpec `ebpf:"btrfs_read_exit"`
+	BtrfsSync           *ebpf.ProgramSpec `ebpf:"btrfs_sync"`
+	BtrfsWriteEnter     *ebpf.ProgramSpec `ebpf:"btrfs_write_enter"`
+	BtrfsWriteExit      *ebpf.ProgramSpec `ebpf:"btrfs_write_exit"`
+	DioComplete         *ebpf.ProgramSpec `ebpf:"dio_complete"`
+	DioCompleteExit     *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
+	DioRwBegin          *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
+	Ext4Allocate        *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
+	Ext4Discard         *ebpf.ProgramSpec `ebpf:"ext4_discard"`
+	Ext4FallocateEnter  *ebpf.ProgramSpec `ebpf:"ext4_fallocate_enter"`
+	Ext4FallocateExit   *ebpf.ProgramSpec `ebpf:"ext4_fallocate_exit"`
+	Ext4FsyncEnter      *ebpf.ProgramSpec `ebpf:"ext4_fsync_enter"`
+	Ext4FsyncExit       *ebpf.ProgramSpec `ebpf:"ext4_fsync_exit"`
+	Ext4ReadEnter       *ebpf.ProgramSpec `ebpf:"ext4_read_enter"`
+	Ext4ReadExit        *ebpf.ProgramSpec `ebpf:"ext4_read_exit"`
+	Ext4SyncEnter       *ebpf.ProgramSpec `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit        *ebpf.ProgramSpec `ebpf:"ext4_sync_exit"`
+	Ext4WriteEnter      *ebpf.ProgramSpec `ebpf:"ext4_write_enter"`
+	Ext4WriteExit       *ebpf.ProgramSpec `ebpf:"ext4_write_exit"`
+	Ext4WriteZeroes     *ebpf.ProgramSpec `ebpf:"ext4_write_zeroes"`
+	FallocateEnter      *ebpf.ProgramSpec `ebpf:"fallocate_enter"`
+	FallocateExit       *ebpf.ProgramSpec `ebpf:"fallocate_exit"`
+	FdatasyncEnter      *ebpf.ProgramSpec `ebpf:"fdatasync_enter"`
+	FdatasyncExit       *ebpf.ProgramSpec `ebpf:"fdatasync_exit"`
+	FsyncEnter          *ebpf.ProgramSpec `ebpf:"fsync_enter"`
+	FsyncExit           *ebpf.ProgramSpec `ebpf:"fsync_exit"`
+	IoSubmitEnter       *ebpf.ProgramSpec `ebpf:"io_submit_enter"`
+	IoSubmitExit        *ebpf.ProgramSpec `ebpf:"io_submit_exit"`
+	IoUringDone         *ebpf.ProgramSpec `ebpf:"io_uring_done"`
+	IoUringPunt         *ebpf.ProgramSpec `ebpf:"io_uring_punt"`
+	IoUringSubmit       *ebpf.ProgramSpec `ebpf:"io_uring_submit"`
+	IoUringSubmitSqe    *ebpf.ProgramSpec `ebpf:"io_uring_submit_sqe"`
+	IomapDioBegin       *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
+	IomapDioDone        *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
+	IomapDioQueued      *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
+	Pread64Enter        *ebpf.ProgramSpec `ebpf:"pread64_enter"`
+	Pread64Exit         *ebpf.ProgramSpec `ebpf:"pread64_exit"`
+	Preadv2Enter        *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
+	Preadv2Exit         *ebpf.ProgramSpec `ebpf:"preadv2_exit"`
+	PreadvEnter         *ebpf.ProgramSpec `ebpf:"preadv_enter"`
+	PreadvExit          *ebpf.ProgramSpec `ebpf:"preadv_exit"`
+	Pwrite64Enter       *ebpf.ProgramSpec `ebpf:"pwrite64_enter"`
+	Pwrite64Exit        *ebpf.ProgramSpec `ebpf:"pwrite64_exit"`
+	Pwritev2Enter       *ebpf.ProgramSpec `ebpf:"pwritev2_enter"`
+	Pwritev2Exit        *ebpf.ProgramSpec `ebpf:"pwritev2_exit"`
+	PwritevEnter        *ebpf.ProgramSpec `ebpf:"pwritev_enter"`
+	PwritevExit         *ebpf.ProgramSpec `ebpf:"pwritev_exit"`
+	RegisterImage       *ebpf.ProgramSpec `ebpf:"register_image"`
+	XfsBufferedRead     *ebpf.ProgramSpec `ebpf:"xfs_buffered_read"`
+	XfsBufferedWrite    *ebpf.ProgramSpec `ebpf:"xfs_buffered_write"`
+	XfsFallocateEnter   *ebpf.ProgramSpec `ebpf:"xfs_fallocate_enter"`
+	XfsFallocateExit    *ebpf.ProgramSpec `ebpf:"xfs_fallocate_exit"`
+	XfsFsync            *ebpf.ProgramSpec `ebpf:"xfs_fsync"`
+	XfsFsyncEnter       *ebpf.ProgramSpec `ebpf:"xfs_fsync_enter"`
+	XfsFsyncExit        *ebpf.ProgramSpec `ebpf:"xfs_fsync_exit"`
+	XfsReadEnter        *ebpf.ProgramSpec `ebpf:"xfs_read_enter"`
+	XfsReadExit         *ebpf.ProgramSpec `ebpf:"xfs_read_exit"`
+	XfsWriteEnter       *ebpf.ProgramSpec `ebpf:"xfs_write_enter"`
+	XfsWriteExit        *ebpf.ProgramSpec `ebpf:"xfs_write_exit"`
 }
 
 // DiskMapSpecs contains maps before they are loaded into the kernel.
@@ -418,66 +434,78 @@ type DiskVariables struct {
 //
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskPrograms struct {
-	BtrfsReadEnter    *ebpf.Program `ebpf:"btrfs_read_enter"`
-	BtrfsReadExit     *ebpf.Program `ebpf:"btrfs_read_exit"`
-	BtrfsSync         *ebpf.Program `ebpf:"btrfs_sync"`
-	BtrfsWriteEnter   *ebpf.Program `ebpf:"btrfs_write_enter"`
-	BtrfsWriteExit    *ebpf.Program `ebpf:"btrfs_write_exit"`
-	DioComplete       *ebpf.Program `ebpf:"dio_complete"`
-	DioCompleteExit   *ebpf.Program `ebpf:"dio_complete_exit"`
-	DioRwBegin        *ebpf.Program `ebpf:"dio_rw_begin"`
-	Ext4Allocate      *ebpf.Program `ebpf:"ext4_allocate"`
-	Ext4Discard       *ebpf.Program `ebpf:"ext4_discard"`
-	Ext4ReadEnter     *ebpf.Program `ebpf:"ext4_read_enter"`
-	Ext4ReadExit      *ebpf.Program `ebpf:"ext4_read_exit"`
-	Ext4SyncEnter     *ebpf.Program `ebpf:"ext4_sync_enter"`
-	Ext4SyncExit      *ebpf.Program `ebpf:"ext4_sync_exit"`
-	Ext4WriteEnter    *ebpf.Program `ebpf:"ext4_write_enter"`
-	Ext4WriteExit     *ebpf.Program `ebpf:"ext4_write_exit"`
-	Ext4WriteZeroes   *ebpf.Program `ebpf:"ext4_write_zeroes"`
-	FallocateEnter    *ebpf.Program `ebpf:"fallocate_enter"`
-	FallocateExit     *ebpf.Program `ebpf:"fallocate_exit"`
-	FdatasyncEnter    *ebpf.Program `ebpf:"fdatasync_enter"`
-	FdatasyncExit     *ebpf.Program `ebpf:"fdatasync_exit"`
-	FsyncEnter        *ebpf.Program `ebpf:"fsync_enter"`
-	FsyncExit         *ebpf.Program `ebpf:"fsync_exit"`
-	IoSubmitEnter     *ebpf.Program `ebpf:"io_submit_enter"`
-	IoSubmitExit      *ebpf.Program `ebpf:"io_submit_exit"`
-	IoUringDone       *ebpf.Program `ebpf:"io_uring_done"`
-	IoUringPunt       *ebpf.Program `ebpf:"io_uring_punt"`
-	IoUringSubmit     *ebpf.Program `ebpf:"io_uring_submit"`
-	IoUringSubmitSqe  *ebpf.Program `ebpf:"io_uring_submit_sqe"`
-	IomapDioBegin     *ebpf.Program `ebpf:"iomap_dio_begin"`
-	IomapDioDone      *ebpf.Program `ebpf:"iomap_dio_done"`
-	IomapDioQueued    *ebpf.Program `ebpf:"iomap_dio_queued"`
-	Pread64Enter      *ebpf.Program `ebpf:"pread64_enter"`
-	Pread64Exit       *ebpf.Program `ebpf:"pread64_exit"`
-	Preadv2Enter      *ebpf.Program `ebpf:"preadv2_enter"`
-	Preadv2Exit       *ebpf.Program `ebpf:"preadv2_exit"`
-	PreadvEnter       *ebpf.Program `ebpf:"preadv_enter"`
-	PreadvExit        *ebpf.Program `ebpf:"preadv_exit"`
-	Pwrite64Enter     *ebpf.Program `ebpf:"pwrite64_enter"`
-	Pwrite64Exit      *ebpf.Program `ebpf:"pwrite64_exit"`
-	Pwritev2Enter     *ebpf.Program `ebpf:"pwritev2_enter"`
-	Pwritev2Exit      *ebpf.Program `ebpf:"pwritev2_exit"`
-	PwritevEnter      *ebpf.Program `ebpf:"pwritev_enter"`
-	PwritevExit       *ebpf.Program `ebpf:"pwritev_exit"`
-	RegisterImage     *ebpf.Program `ebpf:"register_image"`
-	VfsFallocateEnter *ebpf.Program `ebpf:"vfs_fallocate_enter"`
-	VfsFallocateExit  *ebpf.Program `ebpf:"vfs_fallocate_exit"`
-	VfsFsyncEnter     *ebpf.Program `ebpf:"vfs_fsync_enter"`
-	VfsFsyncExit      *ebpf.Program `ebpf:"vfs_fsync_exit"`
-	XfsBufferedRead   *ebpf.Program `ebpf:"xfs_buffered_read"`
-	XfsBufferedWrite  *ebpf.Program `ebpf:"xfs_buffered_write"`
-	XfsFsync          *ebpf.Program `ebpf:"xfs_fsync"`
-	XfsReadEnter      *ebpf.Program `ebpf:"xfs_read_enter"`
-	XfsReadExit       *ebpf.Program `ebpf:"xfs_read_exit"`
-	XfsWriteEnter     *ebpf.Program `ebpf:"xfs_write_enter"`
-	XfsWriteExit      *ebpf.Program `ebpf:"xfs_write_exit"`
+	BtrfsFallocateEnter *ebpf.Program `ebpf:"btrfs_fallocate_enter"`
+	BtrfsFallocateExit  *ebpf.Program `ebpf:"btrfs_fallocate_exit"`
+	BtrfsFsyncEnter     *ebpf.Program `ebpf:"btrfs_fsync_enter"`
+	BtrfsFsyncExit      *ebpf.Program `ebpf:"btrfs_fsync_exit"`
+	BtrfsReadEnter      *ebpf.Program `ebpf:"btrfs_read_enter"`
+	BtrfsReadExit       *ebpf.Program `ebpf:"btrfs_read_exit"`
+	BtrfsSync           *ebpf.Program `ebpf:"btrfs_sync"`
+	BtrfsWriteEnter     *ebpf.Program `ebpf:"btrfs_write_enter"`
+	BtrfsWriteExit      *ebpf.Program `ebpf:"btrfs_write_exit"`
+	DioComplete         *ebpf.Program `ebpf:"dio_complete"`
+	DioCompleteExit     *ebpf.Program `ebpf:"dio_complete_exit"`
+	DioRwBegin          *ebpf.Program `ebpf:"dio_rw_begin"`
+	Ext4Allocate        *ebpf.Program `ebpf:"ext4_allocate"`
+	Ext4Discard         *ebpf.Program `ebpf:"ext4_discard"`
+	Ext4FallocateEnter  *ebpf.Program `ebpf:"ext4_fallocate_enter"`
+	Ext4FallocateExit   *ebpf.Program `ebpf:"ext4_fallocate_exit"`
+	Ext4FsyncEnter      *ebpf.Program `ebpf:"ext4_fsync_enter"`
+	Ext4FsyncExit       *ebpf.Program `ebpf:"ext4_fsync_exit"`
+	Ext4ReadEnter       *ebpf.Program `ebpf:"ext4_read_enter"`
+	Ext4ReadExit        *ebpf.Program `ebpf:"ext4_read_exit"`
+	Ext4SyncEnter       *ebpf.Program `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit        *ebpf.Program `ebpf:"ext4_sync_exit"`
+	Ext4WriteEnter      *ebpf.Program `ebpf:"ext4_write_enter"`
+	Ext4WriteExit       *ebpf.Program `ebpf:"ext4_write_exit"`
+	Ext4WriteZeroes     *ebpf.Program `ebpf:"ext4_write_zeroes"`
+	FallocateEnter      *ebpf.Program `ebpf:"fallocate_enter"`
+	FallocateExit       *ebpf.Program `ebpf:"fallocate_exit"`
+	FdatasyncEnter      *ebpf.Program `ebpf:"fdatasync_enter"`
+	FdatasyncExit       *ebpf.Program `ebpf:"fdatasync_exit"`
+	FsyncEnter          *ebpf.Program `ebpf:"fsync_enter"`
+	FsyncExit           *ebpf.Program `ebpf:"fsync_exit"`
+	IoSubmitEnter       *ebpf.Program `ebpf:"io_submit_enter"`
+	IoSubmitExit        *ebpf.Program `ebpf:"io_submit_exit"`
+	IoUringDone         *ebpf.Program `ebpf:"io_uring_done"`
+	IoUringPunt         *ebpf.Program `ebpf:"io_uring_punt"`
+	IoUringSubmit       *ebpf.Program `ebpf:"io_uring_submit"`
+	IoUringSubmitSqe    *ebpf.Program `ebpf:"io_uring_submit_sqe"`
+	IomapDioBegin       *ebpf.Program `ebpf:"iomap_dio_begin"`
+	IomapDioDone        *ebpf.Program `ebpf:"iomap_dio_done"`
+	IomapDioQueued      *ebpf.Program `ebpf:"iomap_dio_queued"`
+	Pread64Enter        *ebpf.Program `ebpf:"pread64_enter"`
+	Pread64Exit         *ebpf.Program `ebpf:"pread64_exit"`
+	Preadv2Enter        *ebpf.Program `ebpf:"preadv2_enter"`
+	Preadv2Exit         *ebpf.Program `ebpf:"preadv2_exit"`
+	PreadvEnter         *ebpf.Program `ebpf:"preadv_enter"`
+	PreadvExit          *ebpf.Program `ebpf:"preadv_exit"`
+	Pwrite64Enter       *ebpf.Program `ebpf:"pwrite64_enter"`
+	Pwrite64Exit        *ebpf.Program `ebpf:"pwrite64_exit"`
+	Pwritev2Enter       *ebpf.Program `ebpf:"pwritev2_enter"`
+	Pwritev2Exit        *ebpf.Program `ebpf:"pwritev2_exit"`
+	PwritevEnter        *ebpf.Program `ebpf:"pwritev_enter"`
+	PwritevExit         *ebpf.Program `ebpf:"pwritev_exit"`
+	RegisterImage       *ebpf.Program `ebpf:"register_image"`
+	XfsBufferedRead     *ebpf.Program `ebpf:"xfs_buffered_read"`
+	XfsBufferedWrite    *ebpf.Program `ebpf:"xfs_buffered_write"`
+	XfsFallocateEnter   *ebpf.Program `ebpf:"xfs_fallocate_enter"`
+	XfsFallocateExit    *ebpf.Program `ebpf:"xfs_fallocate_exit"`
+	XfsFsync            *ebpf.Program `ebpf:"xfs_fsync"`
+	XfsFsyncEnter       *ebpf.Program `ebpf:"xfs_fsync_enter"`
+	XfsFsyncExit        *ebpf.Program `ebpf:"xfs_fsync_exit"`
+	XfsReadEnter        *ebpf.Program `ebpf:"xfs_read_enter"`
+	XfsReadExit         *ebpf.Program `ebpf:"xfs_read_exit"`
+	XfsWriteEnter       *ebpf.Program `ebpf:"xfs_write_enter"`
+	XfsWriteExit        *ebpf.Program `ebpf:"xfs_write_exit"`
 }
 
 func (p *DiskPrograms) Close() error {
 	return _DiskClose(
+		p.BtrfsFallocateEnter,
+		p.BtrfsFallocateExit,
+		p.BtrfsFsyncEnter,
+		p.BtrfsFsyncExit,
 		p.BtrfsReadEnter,
 		p.BtrfsReadExit,
 		p.BtrfsSync,
@@ -488,6 +516,10 @@ func (p *DiskPrograms) Close() error {
 		p.DioRwBegin,
 		p.Ext4Allocate,
 		p.Ext4Discard,
+		p.Ext4FallocateEnter,
+		p.Ext4FallocateExit,
+		p.Ext4FsyncEnter,
+		p.Ext4FsyncExit,
 		p.Ext4ReadEnter,
 		p.Ext4ReadExit,
 		p.Ext4SyncEnter,
@@ -523,13 +555,13 @@ func (p *DiskPrograms) Close() error {
 		p.PwritevEnter,
 		p.PwritevExit,
 		p.RegisterImage,
-		p.VfsFallocateEnter,
-		p.VfsFallocateExit,
-		p.VfsFsyncEnter,
-		p.VfsFsyncExit,
 		p.XfsBufferedRead,
 		p.XfsBufferedWrite,
+		p.XfsFallocateEnter,
+		p.XfsFallocateExit,
 		p.XfsFsync,
+		p.XfsFsyncEnter,
+		p.XfsFsyncExit,
 		p.XfsReadEnter,
 		p.XfsReadExit,
 		p.XfsWriteEnter,

@@ -103,11 +103,19 @@ var programs = []program{
 	{name: bpf.DiskProgBtrfsReadExit, modes: fentryOnly, fs: fsBtrfs},
 	{name: bpf.DiskProgBtrfsWriteEnter, modes: fentryOnly, fs: fsBtrfs},
 	{name: bpf.DiskProgBtrfsWriteExit, modes: fentryOnly, fs: fsBtrfs},
+	{name: bpf.DiskProgExt4FsyncEnter, modes: fentryOnly, fs: fsExt4},
+	{name: bpf.DiskProgExt4FsyncExit, modes: fentryOnly, fs: fsExt4},
+	{name: bpf.DiskProgXfsFsyncEnter, modes: fentryOnly, fs: fsXFS},
+	{name: bpf.DiskProgXfsFsyncExit, modes: fentryOnly, fs: fsXFS},
+	{name: bpf.DiskProgBtrfsFsyncEnter, modes: fentryOnly, fs: fsBtrfs},
+	{name: bpf.DiskProgBtrfsFsyncExit, modes: fentryOnly, fs: fsBtrfs},
+	{name: bpf.DiskProgExt4FallocateEnter, modes: fentryOnly, fs: fsExt4},
+	{name: bpf.DiskProgExt4FallocateExit, modes: fentryOnly, fs: fsExt4},
+	{name: bpf.DiskProgXfsFallocateEnter, modes: fentryOnly, fs: fsXFS},
+	{name: bpf.DiskProgXfsFallocateExit, modes: fentryOnly, fs: fsXFS},
+	{name: bpf.DiskProgBtrfsFallocateEnter, modes: fentryOnly, fs: fsBtrfs},
+	{name: bpf.DiskProgBtrfsFallocateExit, modes: fentryOnly, fs: fsBtrfs},
 	{name: bpf.DiskProgDioCompleteExit, modes: fentryOnly},
-	{name: bpf.DiskProgVfsFsyncEnter, modes: fentryOnly},
-	{name: bpf.DiskProgVfsFsyncExit, modes: fentryOnly},
-	{name: bpf.DiskProgVfsFallocateEnter, modes: fentryOnly},
-	{name: bpf.DiskProgVfsFallocateExit, modes: fentryOnly},
 
 	// tracepoint: iomap's and the file systems' tracepoints.
 	{name: bpf.DiskProgDioRwBegin, modes: tracepointOnly},
@@ -238,11 +246,20 @@ type need struct {
 	untimed bool
 }
 
-// fsNames gives each file system's read/write fentry programs.
-var fsRW = map[string]struct{ read, write []string }{
-	fsExt4:  {[]string{bpf.DiskProgExt4ReadEnter, bpf.DiskProgExt4ReadExit}, []string{bpf.DiskProgExt4WriteEnter, bpf.DiskProgExt4WriteExit}},
-	fsXFS:   {[]string{bpf.DiskProgXfsReadEnter, bpf.DiskProgXfsReadExit}, []string{bpf.DiskProgXfsWriteEnter, bpf.DiskProgXfsWriteExit}},
-	fsBtrfs: {[]string{bpf.DiskProgBtrfsReadEnter, bpf.DiskProgBtrfsReadExit}, []string{bpf.DiskProgBtrfsWriteEnter, bpf.DiskProgBtrfsWriteExit}},
+// fentryFS gives each file system's fentry/fexit program pairs.
+var fentryFS = map[string]struct{ read, write, fsync, fallocate []string }{
+	fsExt4: {
+		[]string{bpf.DiskProgExt4ReadEnter, bpf.DiskProgExt4ReadExit}, []string{bpf.DiskProgExt4WriteEnter, bpf.DiskProgExt4WriteExit},
+		[]string{bpf.DiskProgExt4FsyncEnter, bpf.DiskProgExt4FsyncExit}, []string{bpf.DiskProgExt4FallocateEnter, bpf.DiskProgExt4FallocateExit},
+	},
+	fsXFS: {
+		[]string{bpf.DiskProgXfsReadEnter, bpf.DiskProgXfsReadExit}, []string{bpf.DiskProgXfsWriteEnter, bpf.DiskProgXfsWriteExit},
+		[]string{bpf.DiskProgXfsFsyncEnter, bpf.DiskProgXfsFsyncExit}, []string{bpf.DiskProgXfsFallocateEnter, bpf.DiskProgXfsFallocateExit},
+	},
+	fsBtrfs: {
+		[]string{bpf.DiskProgBtrfsReadEnter, bpf.DiskProgBtrfsReadExit}, []string{bpf.DiskProgBtrfsWriteEnter, bpf.DiskProgBtrfsWriteExit},
+		[]string{bpf.DiskProgBtrfsFsyncEnter, bpf.DiskProgBtrfsFsyncExit}, []string{bpf.DiskProgBtrfsFallocateEnter, bpf.DiskProgBtrfsFallocateExit},
+	},
 }
 
 var ioURing = []string{bpf.DiskProgIoUringSubmit, bpf.DiskProgIoUringDone}
@@ -257,12 +274,11 @@ func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need
 	rw := op == "read" || op == "write"
 	switch m {
 	case ModeFentry:
+		progs, ok := fentryFS[fs]
 		switch {
+		case !ok:
+			return need{}, false
 		case rw:
-			progs, ok := fsRW[fs]
-			if !ok {
-				return need{}, false
-			}
 			all := progs.read
 			if op == "write" {
 				all = progs.write
@@ -272,9 +288,9 @@ func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need
 			}
 			return need{all: all}, true
 		case op == "flush":
-			return need{all: []string{bpf.DiskProgVfsFsyncEnter, bpf.DiskProgVfsFsyncExit}}, true
+			return need{all: progs.fsync}, true
 		default:
-			return need{all: []string{bpf.DiskProgVfsFallocateEnter, bpf.DiskProgVfsFallocateExit}}, true
+			return need{all: progs.fallocate}, true
 		}
 	case ModeTracepoint:
 		if !slices.Contains(hookFS, fs) {
@@ -337,7 +353,9 @@ func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need
 func flushCostHooks(m Mode, fs, path string) []string {
 	switch m {
 	case ModeFentry:
-		return []string{bpf.DiskProgVfsFsyncEnter, bpf.DiskProgVfsFsyncExit}
+		if progs, ok := fentryFS[fs]; ok {
+			return progs.fsync
+		}
 	case ModeTracepoint:
 		if fs == fsExt4 {
 			return []string{bpf.DiskProgExt4SyncEnter, bpf.DiskProgExt4SyncExit}

@@ -241,12 +241,13 @@ func Load(opts Options) (*Probes, error) {
 	}
 
 	// The mode: fentry when asked for or, for auto, when the kernel
-	// attaches a trampoline to vfs_fsync_range, the fentry mode's own
-	// first program (the check libbpf-tools call fentry_can_attach).
+	// attaches a trampoline to iomap_dio_complete (core kernel, where
+	// ext4, XFS and Btrfs do direct I/O), the fentry mode's own first
+	// program (the check libbpf-tools call fentry_can_attach).
 	p.mode = opts.Mode
 	var first *Program
 	if opts.Mode == ModeAuto || opts.Mode == ModeFentry {
-		first = mk(program{name: bpf.DiskProgVfsFsyncEnter})
+		first = mk(program{name: bpf.DiskProgDioCompleteExit})
 		first.Err = first.start(first.Name, first.spec)
 		switch {
 		case first.Err == nil:

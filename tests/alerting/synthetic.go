@@ -482,8 +482,8 @@ func (t *SyntheticTarget) Exposition() []byte {
 	e.add("fspair_probe_stats_enabled", "gauge", nil, 0)
 	for _, p := range [][2]string{{"register_image", "iter/task_file"}, {"ext4_read_enter", "fentry/ext4_file_read_iter"},
 		{"ext4_read_exit", "fexit/ext4_file_read_iter"}, {"ext4_write_enter", "fentry/ext4_file_write_iter"},
-		{"ext4_write_exit", "fexit/ext4_file_write_iter"}, {"vfs_fsync_enter", "fentry/vfs_fsync_range"},
-		{"vfs_fsync_exit", "fexit/vfs_fsync_range"}, {"dio_complete_exit", "fexit/iomap_dio_complete"},
+		{"ext4_write_exit", "fexit/ext4_file_write_iter"}, {"ext4_fsync_enter", "fentry/ext4_sync_file"},
+		{"ext4_fsync_exit", "fexit/ext4_sync_file"}, {"dio_complete_exit", "fexit/iomap_dio_complete"},
 		{"host_rq_complete", "tp_btf/block_rq_complete"}} {
 		e.add("fspair_probe_attached", "gauge", [][2]string{{"program", p[0]}, {"hook", p[1]}}, 1)
 	}
