@@ -24,6 +24,7 @@ enum op {
 struct inflight {
 	u64 start_ns;
 	u64 len;
+	u64 pos;
 	u32 slot;
 	u8 op;
 	u8 format; /* qcow2 metadata, counted apart from guest data */
@@ -96,6 +97,13 @@ enum drop {
 	DROP_IO_URING_FIXED_FILE,
 	DROP_IOV_TOO_LONG,
 	DROP_REQUEST_UNTIMED, /* a host request completed without its issue time: counted, not timed */
+	/*
+	 * An asynchronous request whose completion no program saw (a
+	 * trampoline skips a program that interrupts itself on one CPU): found
+	 * when its kiocb carries a new request, and counted then as done,
+	 * untimed.
+	 */
+	DROP_COMPLETION_UNSEEN,
 	DROP_MAX,
 };
 

@@ -475,6 +475,7 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	}
 	rec->start_ns = now;
 	rec->len = len;
+	rec->pos = pos;
 	rec->slot = slot;
 	rec->op = op;
 	rec->format = 0;
@@ -756,6 +757,23 @@ static __always_inline u8 task_iface(void)
 	return (task->flags & PF_IO_WORKER) ? IFACE_IO_URING : IFACE_SYSCALL;
 }
 
+/* A request in inflight_aio completed with res (bytes or -errno); direct: through iomap direct I/O. */
+static __always_inline void aio_done(struct inflight *rec, u64 kio, s64 res, bool direct)
+{
+	u32 slot = rec->slot;
+	struct counters *st;
+
+	complete(rec, res);
+	/* Direct I/O bypassed the host page cache. */
+	if (res > 0 && !rec->format && direct) {
+		st = bpf_map_lookup_elem(&disk_stats, &slot);
+		if (st)
+			cache_direct(st, rec->op, res);
+	}
+	if (bpf_map_delete_elem(&inflight_aio, &kio) == 0 && aio_in_direct_io)
+		inc(&aio_in_direct_io, -1);
+}
+
 /*
  * A read or write of len bytes reached the file system. A synchronous call
  * is parked in the thread's storage until its end (rw_exit, or iomap's
@@ -770,7 +788,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 	struct file *f = iocb->ki_filp;
 	struct inode *inode = f->f_inode;
 	u64 kio = (u64)iocb, id;
-	struct inflight rec = {};
+	struct inflight rec = {}, *old;
 	struct io_task *t;
 	bool direct, dsync;
 	u32 *slot;
@@ -804,8 +822,17 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 		t->cause = direct ? CAUSE_DIRECT : 0;
 		return;
 	}
-	if (bpf_map_lookup_elem(&inflight_uring, &kio) || bpf_map_lookup_elem(&inflight_aio, &kio))
+	if (bpf_map_lookup_elem(&inflight_uring, &kio))
 		return;
+	old = bpf_map_lookup_elem(&inflight_aio, &kio);
+	if (old) {
+		if (old->pos == iocb->ki_pos && old->op == op)
+			return; /* the same request again */
+		/* The kiocb was freed and carries a new request: the old one ended unseen. */
+		old->timed = 0;
+		aio_done(old, kio, old->len, direct);
+		drop(DROP_COMPLETION_UNSEEN);
+	}
 	if (!submit(&rec, *slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync))
 		return;
 	rec.tgid = id >> 32;
@@ -814,23 +841,6 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 		return;
 	}
 	inc(&aio_in_direct_io, 1);
-}
-
-/* A request in inflight_aio completed with res (bytes or -errno); direct: through iomap direct I/O. */
-static __always_inline void aio_done(struct inflight *rec, u64 kio, s64 res, bool direct)
-{
-	u32 slot = rec->slot;
-	struct counters *st;
-
-	complete(rec, res);
-	/* Direct I/O bypassed the host page cache. */
-	if (res > 0 && !rec->format && direct) {
-		st = bpf_map_lookup_elem(&disk_stats, &slot);
-		if (st)
-			cache_direct(st, rec->op, res);
-	}
-	if (bpf_map_delete_elem(&inflight_aio, &kio) == 0 && aio_in_direct_io)
-		inc(&aio_in_direct_io, -1);
 }
 
 /*

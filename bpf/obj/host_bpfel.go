@@ -64,6 +64,7 @@ type HostIoTask struct {
 		_       structs.HostLayout
 		StartNs uint64
 		Len     uint64
+		Pos     uint64
 		Slot    uint32
 		Op      uint8
 		Format  uint8

@@ -7,7 +7,7 @@ import (
 )
 
 // dropReasons are the label values of enum drop in bpf/call.h, in order.
-var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long", "request_untimed"}
+var dropReasons = []string{"inflight_full", "bad_slot", "io_uring_fixed_file", "iov_too_long", "request_untimed", "completion_unseen"}
 
 var (
 	probeMode = prometheus.NewDesc("fspair_probe_mode_info",
@@ -25,6 +25,9 @@ var (
 		"Time a BPF program spent running (kernel bpf_stats, only with --probe.stats).", []string{"program"}, nil)
 	probeDropped = prometheus.NewDesc("fspair_probe_events_dropped_total",
 		"Requests the BPF programs could not follow, by reason.", []string{"reason"}, nil)
+	probeMisses = prometheus.NewDesc("fspair_probe_recursion_misses_total",
+		"Times the kernel skipped a BPF program because it was already running on the CPU (it interrupted itself): "+
+			"each is an event the program did not see.", []string{"program"}, nil)
 )
 
 // ProbeSource is what the probe collector reads.
@@ -57,12 +60,17 @@ func (c *ProbeCollector) Update(ch chan<- prometheus.Metric) error {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(probeAttached, prometheus.GaugeValue, up, p.Name, p.Hook)
-		if !stats {
+		if !p.Attached {
 			continue
 		}
 		s, err := p.Stats()
 		if err != nil {
 			return err
+		}
+		// The kernel counts recursion misses whether or not bpf_stats are on.
+		ch <- prometheus.MustNewConstMetric(probeMisses, prometheus.CounterValue, float64(s.RecursionMisses), p.Name)
+		if !stats {
+			continue
 		}
 		ch <- prometheus.MustNewConstMetric(probeRuns, prometheus.CounterValue, float64(s.Runs), p.Name)
 		ch <- prometheus.MustNewConstMetric(probeRunSeconds, prometheus.CounterValue, s.Runtime.Seconds(), p.Name)

@@ -590,10 +590,13 @@ func (p *Probes) allAttached(names []string) bool {
 	return true
 }
 
-// ProgramStats is a program's cumulative cost from bpf_stats.
+// ProgramStats is a program's cumulative cost from bpf_stats (zero while
+// they are off) and the runs the kernel skipped because the program was
+// already running on the CPU (counted always).
 type ProgramStats struct {
-	Runs    uint64
-	Runtime time.Duration
+	Runs            uint64
+	Runtime         time.Duration
+	RecursionMisses uint64
 }
 
 // Stats reads the program's bpf_stats; zero when it is not attached.
@@ -605,7 +608,7 @@ func (pr *Program) Stats() (ProgramStats, error) {
 	if err != nil {
 		return ProgramStats{}, fmt.Errorf("read stats of %s: %w", pr.Name, err)
 	}
-	return ProgramStats{Runs: s.RunCount, Runtime: s.Runtime}, nil
+	return ProgramStats{Runs: s.RunCount, Runtime: s.Runtime, RecursionMisses: s.RecursionMisses}, nil
 }
 
 // MaxDisks is the number of disk slots, 0 .. MaxDisks-1.
