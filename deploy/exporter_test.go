@@ -75,7 +75,7 @@ func TestExporterWithComposeCapabilities(t *testing.T) {
 	}
 
 	body := scrape(t, "http://"+addr+"/metrics")
-	attached := regexp.MustCompile(`(?m)^fspair_probe_attached\{program="([^"]+)"\} ([0-9.]+)$`).FindAllStringSubmatch(body, -1)
+	attached := regexp.MustCompile(`(?m)^fspair_probe_attached\{(?:hook="[^"]*",)?program="([^"]+)"(?:,hook="[^"]*")?\} ([0-9.]+)$`).FindAllStringSubmatch(body, -1)
 	if len(attached) == 0 {
 		t.Fatalf("no fspair_probe_attached series:\n%s", body)
 	}
