@@ -60,11 +60,11 @@ func (s *snapshot) readGuest(src GuestSource) {
 func guestFamilies() []directFamily {
 	return []directFamily{
 		guestInfoFamily(),
-		guestVec(guestRequests, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }),
-		guestVec(guestBytes, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }),
-		guestVec(guestErrors, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
-		guestVec(guestMerged, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
-		guestTimeFamily(),
+		guestVec(guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }),
+		guestVec(guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }),
+		guestVec(guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
+		guestVec(guestMerged, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
+		guestVec(guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }),
 		guestReadTimeFamily(),
 	}
 }
@@ -90,34 +90,26 @@ func guestReading(r *diskRow) *guest.Reading {
 	return r.guest.Reading
 }
 
-func guestVec(d *prometheus.Desc, get func(s *guest.Stats) *[guest.NumOps]guest.Counter) directFamily {
+// guestVec is a counter family by operation of the guest's values; with a
+// divisor other than 1 (nanoseconds to seconds) the values are written as
+// floats, as client_golang writes them.
+func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[guest.NumOps]guest.Counter) directFamily {
 	f := familyOf(d, "counter")
 	return directFamily{f.name, func(t *textWriter, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
-			if g := guestReading(r); g != nil {
-				for op, c := range get(&g.Stats) {
-					if c.OK {
-						t.uint(f.name, r.labels, guestOpExtra[op], c.V)
-					}
-				}
+			g := guestReading(r)
+			if g == nil {
+				continue
 			}
-		}
-	}}
-}
-
-func guestTimeFamily() directFamily {
-	f := familyOf(guestTime, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
-		t.family(f)
-		for i := range s.disks {
-			r := &s.disks[i]
-			if g := guestReading(r); g != nil {
-				for op, c := range g.Stats.TimeNs {
-					if c.OK {
-						t.float(f.name, r.labels, guestOpExtra[op], float64(c.V)/1e9)
-					}
+			for op, c := range get(&g.Stats) {
+				switch {
+				case !c.OK:
+				case divisor == 1:
+					t.uint(f.name, r.labels, guestOpExtra[op], c.V)
+				default:
+					t.float(f.name, r.labels, guestOpExtra[op], float64(c.V)/divisor)
 				}
 			}
 		}
