@@ -120,9 +120,11 @@ func (p *Poller) Status(d *inventory.Disk) Status {
 	if s, ok := p.status[keyOf(d)]; ok {
 		return s
 	}
-	// Not yet seen by a round (discovered since): what the next one will
-	// say, without values.
-	return Status{Source: sourceOf(d), Status: StatusUnreachable}
+	// Not yet seen by a round (discovered since): no values yet.
+	if src := sourceOf(d); src != SourceNone {
+		return Status{Source: src, Status: StatusUnreachable}
+	}
+	return Status{Source: SourceNone, Status: noneStatus(d)}
 }
 
 // Stats returns the counts of reads so far.

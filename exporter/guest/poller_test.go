@@ -381,6 +381,13 @@ func TestPollLibvirt(t *testing.T) {
 		}(),
 	}}
 	p := New(inv, Options{Libvirt: lv})
+	// Before the first round: no values, and the reason where there is no source.
+	if s := p.Status(&inv.disks[0]); s.Source != SourceLibvirt || s.Status != StatusUnreachable || s.Reading != nil {
+		t.Errorf("vda before a round: %+v", s)
+	}
+	if s := p.Status(&inv.disks[5]); s.Source != SourceNone || s.Status != StatusNotAllowed {
+		t.Errorf("noflag before a round: %+v", s)
+	}
 	p.Poll(context.Background())
 	if calls.Load() != 1 {
 		t.Errorf("libvirt called %d times in a round, want once", calls.Load())
