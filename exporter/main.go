@@ -36,6 +36,7 @@ import (
 
 	"github.com/fspair/fspair/exporter/collector"
 	"github.com/fspair/fspair/exporter/discovery"
+	"github.com/fspair/fspair/exporter/guest"
 	"github.com/fspair/fspair/exporter/inventory"
 	"github.com/fspair/fspair/exporter/privilege"
 	"github.com/fspair/fspair/exporter/probe"
@@ -58,6 +59,7 @@ func run() int {
 		libvirtSock  = app.Flag("discovery.libvirt.socket", "libvirt's read-only socket.").Default("/var/run/libvirt/libvirt-sock-ro").String()
 		libvirtTO    = app.Flag("discovery.libvirt.timeout", "Deadline for each libvirt call.").Default("3s").Duration()
 		useProc      = app.Flag("discovery.proc", "Discover plain QEMU processes in /proc.").Default("true").Bool()
+		procQMP      = app.Flag("discovery.proc.qmp", "Read the guest side of plain QEMU VMs over the QMP monitor sockets their command lines declare (-qmp unix:..., -chardev socket + -mon mode=control); off, only the sockets named in --discovery.config.file (qmp_monitors) are used. libvirt's own monitor is never used.").Default("false").Bool()
 		procRoot     = app.Flag("discovery.proc.root", "The proc file system to scan.").Default("/proc").String()
 		configFile   = app.Flag("discovery.config.file", "Static disk list (YAML) for other VMMs and tests.").Default("").String()
 		maxDisks     = app.Flag("bpf.max-disks", "The most VM disks followed at once (sizes the BPF maps).").Default("1024").Int()
@@ -69,6 +71,9 @@ func run() int {
 		probeStats = app.Flag("probe.stats", "Turn on the kernel's per-program BPF run-time statistics (kernel.bpf_stats_enabled) while the exporter runs, "+
 			"for fspair_probe_run_seconds_total; they add two clock reads to every run of every BPF program on the host, so they are off by default.").Bool()
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
+		guestStats   = app.Flag("guest.stats", "Read each disk's guest side (QEMU's query-blockstats, through libvirt or a QMP monitor) in the background.").Default("true").Bool()
+		guestEvery   = app.Flag("guest.interval", "How often the guest side is read.").Default("5s").Duration()
+		guestTO      = app.Flag("guest.timeout", "Deadline for each QMP session and each libvirt statistics call; a VMM that does not answer in time keeps its last values and counts a failure.").Default("2s").Duration()
 		dropPriv     = app.Flag("privilege.drop", "Once the probes are attached, drop every capability but those reading images and /proc needs (--no-privilege.drop keeps them all, for debugging).").Default("true").Bool()
 		webConfig    = kingpinflag.AddFlags(app, ":9477")
 		logConfig    = &promslog.Config{}
@@ -93,6 +98,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "%s: --web.reuse must be between 0 and 1s, got %s\n", name, *reuse)
 		return 2
 	}
+	if *guestStats && (*guestEvery < 100*time.Millisecond || *guestTO <= 0) {
+		fmt.Fprintf(os.Stderr, "%s: --guest.interval must be at least 100ms and --guest.timeout above 0, got %s and %s\n", name, *guestEvery, *guestTO)
+		return 2
+	}
 	if *interval < 100*time.Millisecond {
 		fmt.Fprintf(os.Stderr, "%s: --discovery.interval must be at least 100ms, got %s\n", name, *interval)
 		return 2
@@ -104,6 +113,7 @@ func run() int {
 		LibvirtTimeout: *libvirtTO,
 		Proc:           *useProc,
 		ProcRoot:       *procRoot,
+		ProcQMP:        *procQMP,
 		ConfigFile:     *configFile,
 		Logger:         logger,
 	}
@@ -187,6 +197,23 @@ func run() int {
 		return check(ctx, inv, probes)
 	}
 
+	subsystems := map[string]collector.Collector{
+		"probe":     collector.NewProbeCollector(probes),
+		"discovery": collector.NewDiscoveryCollector(inv, disc.Sources()),
+	}
+	// The guest side is read in the background; scrapes read what it
+	// last found.
+	var guestSrc collector.GuestSource
+	var poller *guest.Poller
+	if *guestStats {
+		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger}
+		if *useLibvirt {
+			gopts.Libvirt = disc.LibvirtBlockStats
+		}
+		poller = guest.New(inv, gopts)
+		guestSrc = poller
+		subsystems["guest"] = collector.NewGuestPollCollector(poller)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		versioncollector.NewCollector("fspair_exporter"),
@@ -194,10 +221,7 @@ func run() int {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		// The disk and host metrics are not in the registry: the
 		// handler writes them straight from the kernel counters.
-		collector.NewExporter(map[string]collector.Collector{
-			"probe":     collector.NewProbeCollector(probes),
-			"discovery": collector.NewDiscoveryCollector(inv, disc.Sources()),
-		}, logger),
+		collector.NewExporter(subsystems, logger),
 	)
 	metrics, err := collector.NewHandler(reg, inv, probes, probes, collector.HandlerOpts{
 		Logger:              logger,
@@ -205,6 +229,7 @@ func run() int {
 		Registry:            reg,
 		GzipLevel:           *gzipLevel,
 		Reuse:               *reuse,
+		Guest:               guestSrc,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
@@ -215,6 +240,9 @@ func run() int {
 		logger.Warn("first discovery", "err", err)
 	}
 	go inv.Run(ctx, *interval)
+	if poller != nil {
+		go poller.Run(ctx)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle(*metricsPath, metrics)

@@ -1,7 +1,8 @@
 """fspair / VM disk: one VM disk, from the guest's requests to the host device.
 
 Rows follow the data path: what the disk is and what the knowledge base says
-about its pair; the workload the classifier sees; request sizes and seek
+about its pair; the path from the guest's requests through QEMU and the image
+file to the host device, latency by layer; the workload the classifier sees; request sizes and seek
 distances; latency by stage; flushes and what they cost the host; the host
 file system's journal, metadata and copy-on-write work; the host page cache;
 the image file's layout; the libvirt exporter's view of the same disk; and
@@ -23,6 +24,7 @@ from common import (
     PanelBuilder,
     Query,
     VariableBuilder,
+    bar_panel,
     dashboard_link,
     heatmap_panel,
     new_dashboard,
@@ -287,6 +289,113 @@ def _knowledge_base() -> list[PanelBuilder]:
             width=16,
             height=6,
             links=Links({"Runbook": RUNBOOK_BASE + "${__data.fields.alertname}.md"}),
+        ),
+    ]
+
+
+# The layers of the guest path, top to bottom, as the rules name them
+# (domain_disk:fspair_disk_guest_path_latency_seconds:mean5m{layer}).
+GUEST_LAYERS = (
+    ("guest", "1 guest-visible"),
+    ("vmm", "2 VMM (QEMU)"),
+    ("image_file", "3 image file"),
+    ("host_queue", "4 host I/O scheduler"),
+    ("device", "5 host device"),
+)
+GUEST_PATH = "domain_disk:fspair_disk_guest_path_latency_seconds:mean5m"
+
+
+def _guest_path() -> list[PanelBuilder]:
+    """The disk's path from the guest to the device: one row, top to bottom."""
+    age = f"time() - {disk_raw('fspair_disk_guest_last_read_timestamp_seconds')}"
+    return [
+        bar_panel(
+            "The path, top to bottom: latency by layer",
+            "Mean latency of the disk's requests at each layer over 5m, from the guest down to the host device "
+            "(domain_disk:fspair_disk_guest_path_latency_seconds:mean5m{layer}). guest-visible: what the guest's requests took "
+            "(QEMU's accounting of the virtio device). VMM: guest-visible minus image file, what QEMU itself adds (esxtop's "
+            "GAVG minus DAVG). image file: what a guest request waited for on the image file (a merged request carries several "
+            "guest requests; a flush QEMU skipped waits for none). host I/O scheduler and host device: the image's host block "
+            "requests (reads and writes; with direct I/O inside the image-file time, with the host page cache written back "
+            "later). guest-visible = VMM + image file for every operation. Layers 1 and 2 need the guest side "
+            "(fspair_disk_guest_info).",
+            "s",
+            [Query(disk_rule(GUEST_PATH, f'layer="{layer}"'), f"{title} · {{{{op}}}}") for layer, title in GUEST_LAYERS],
+            width=10,
+            height=12,
+        ),
+        table_panel(
+            "Guest side: source",
+            "Where fspair reads the disk's guest side (fspair_disk_guest_info): source=qmp (QEMU's query-blockstats on a QMP "
+            "monitor), libvirt (libvirt's domain block statistics), none; status ok, stale (the last read failed, the values "
+            "are the last good ones), unreachable, no_device, no_monitor (plain QEMU whose QMP socket nobody named), "
+            "not_allowed (--discovery.proc.qmp off), libvirt_monitor (libvirt's QEMU while libvirt does not report it).",
+            "none",
+            [Query(disk_raw("fspair_disk_guest_info"))],
+            [Column("source", "Source"), Column("status", "Status")],
+            width=7,
+            height=4,
+        ),
+        stat_panel(
+            "Guest side: age of the values",
+            "Seconds since fspair last read the guest side from its source (fspair_disk_guest_last_read_timestamp_seconds; "
+            "read every --guest.interval). Growing: the source does not answer and the values are the last good ones.",
+            "s",
+            [Query(age)],
+            width=7,
+            height=4,
+        ),
+        timeseries_panel(
+            "Latency by layer over time",
+            "The layers of the path over time, by operation (domain_disk:fspair_disk_guest_path_latency_seconds:mean5m).",
+            "s",
+            [Query(disk_rule(GUEST_PATH), "{{layer}} {{op}}")],
+            width=14,
+            height=8,
+        ),
+        timeseries_panel(
+            "Requests per second: guest and image file",
+            "What the guest asked of its virtio disk (domain_disk:fspair_disk_guest_requests:rate5m) against what QEMU issued "
+            "on the image file (domain_disk:fspair_disk_requests:rate5m), by operation: fewer on the image file where QEMU "
+            "merged adjacent requests or skipped flushes with nothing to flush.",
+            "iops",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_guest_requests:rate5m"), "guest {{op}}s"),
+                Query(disk_rule("domain_disk:fspair_disk_requests:rate5m"), "image-file {{op}}s"),
+            ],
+            width=6,
+        ),
+        timeseries_panel(
+            "Merge ratio",
+            "Guest requests per image-file request over 5m (domain_disk:fspair_disk_guest_merge:ratio_rate5m): 1, QEMU merged "
+            "none; 2, two guest requests per request on the image file.",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_disk_guest_merge:ratio_rate5m"), "{{op}}s")],
+            width=6,
+        ),
+        timeseries_panel(
+            "Flushes: asked, done, elided",
+            "Flushes the guest asked per second (domain_disk:fspair_disk_guest_requests:rate5m{op=\"flush\"}), flushes on the "
+            "image file (domain_disk:fspair_disk_requests:rate5m{op=\"flush\"}), and those QEMU answered without one because "
+            "nothing was written since the last (domain_disk:fspair_disk_guest_flushes_elided:rate5m).",
+            "ops",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_guest_requests:rate5m", 'op="flush"'), "guest flushes"),
+                Query(disk_rule("domain_disk:fspair_disk_requests:rate5m", 'op="flush"'), "image-file flushes"),
+                Query(disk_rule("domain_disk:fspair_disk_guest_flushes_elided:rate5m"), "elided"),
+            ],
+            width=6,
+        ),
+        timeseries_panel(
+            "Mean request size before and after merging",
+            "Mean guest request size (domain_disk:fspair_disk_guest_request_size_bytes:mean5m) and mean image-file request "
+            "size after QEMU merged (domain_disk:fspair_disk_request_size_bytes:mean5m).",
+            "bytes",
+            [
+                Query(disk_rule("domain_disk:fspair_disk_guest_request_size_bytes:mean5m"), "guest {{op}}s"),
+                Query(disk_rule("domain_disk:fspair_disk_request_size_bytes:mean5m"), "image-file {{op}}s"),
+            ],
+            width=6,
         ),
     ]
 
@@ -870,7 +979,7 @@ def build(inputs: Inputs) -> dash.Dashboard:
         UID_DISK,
         "fspair / VM disk",
         "One VM disk from the guest's requests to the host device: its image and pair, the knowledge base's verdict, the "
-        "workload the classifier sees, request sizes and seeks, latency by stage, flushes and their cost, the host file "
+        "path from the guest through QEMU and the image file to the device, the workload the classifier sees, request sizes and seeks, latency by stage, flushes and their cost, the host file "
         "system's journal, metadata and copy-on-write work, the host page cache, the image layout, and the libvirt "
         "exporter's view of the same disk.",
     )
@@ -878,6 +987,7 @@ def build(inputs: Inputs) -> dash.Dashboard:
         d = d.with_variable(v)
     sections = [
         ("Disk and verdict", _identity() + _knowledge_base()),
+        ("The guest path: from the guest to the device", _guest_path()),
         ("Workload", _workload()),
         ("Request size and seek distance", _sizes_and_seeks()),
         ("Latency by stage", _latency(inputs)),

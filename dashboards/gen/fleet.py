@@ -145,6 +145,71 @@ def _matrices() -> list[PanelBuilder]:
     ]
 
 
+def _guest_path() -> list[PanelBuilder]:
+    # The guest path's fleet series (group fspair.guest): medians by
+    # guest/host pair, aio and cache mode, fleet-wide.
+    def one_op(name: str, op: str) -> str:
+        # One operation's column: the op label dropped, so that the table's
+        # queries share their labels and merge into one row per pair and mode.
+        return f'sum without (op) ({name}{{op="{op}"}})'
+
+    columns = [
+        Column("guest_fs", "Guest FS"),
+        Column("host_fs", "Host FS"),
+        Column("aio", "AIO"),
+        Column("cache", "Cache"),
+        Column("Value #A", "Disks", "short"),
+        Column("Value #B", "Merge ratio (writes)", "none"),
+        Column("Value #C", "Flushes elided", "percentunit"),
+        Column("Value #D", "VMM share, writes", "s"),
+        Column("Value #E", "VMM share, flushes", "s"),
+    ]
+    return [
+        table_panel(
+            "The guest path by pair, aio and cache mode",
+            "Per guest/host pair, QEMU aio and cache mode, over the disks whose guest side fspair reads "
+            "(pair_mode:fspair_disk_guest_disks:count): the median merge ratio of writes (guest requests per image-file "
+            "request, pair_mode:fspair_disk_guest_merge:median_ratio_rate5m), the median share of guest flushes QEMU elided "
+            "(pair_mode:fspair_disk_guest_flushes_elided:median_ratio_rate5m) and the median VMM share of the guest's write and "
+            "flush latency (what QEMU adds on top of the image file, pair_mode:fspair_disk_guest_vmm_latency_seconds:median_mean5m).",
+            "none",
+            [
+                Query("pair_mode:fspair_disk_guest_disks:count"),
+                Query(one_op("pair_mode:fspair_disk_guest_merge:median_ratio_rate5m", "write")),
+                Query("pair_mode:fspair_disk_guest_flushes_elided:median_ratio_rate5m"),
+                Query(one_op("pair_mode:fspair_disk_guest_vmm_latency_seconds:median_mean5m", "write")),
+                Query(one_op("pair_mode:fspair_disk_guest_vmm_latency_seconds:median_mean5m", "flush")),
+            ],
+            columns,
+            height=8,
+        ),
+        timeseries_panel(
+            "VMM share of the guest's latency by pair and mode",
+            "Median over each pair and mode's disks of what QEMU adds to a guest request on top of the image file, by operation "
+            "(pair_mode:fspair_disk_guest_vmm_latency_seconds:median_mean5m).",
+            "s",
+            [
+                Query(
+                    "pair_mode:fspair_disk_guest_vmm_latency_seconds:median_mean5m",
+                    "{{guest_fs}}/{{host_fs}} aio={{aio}} cache={{cache}} {{op}}",
+                )
+            ],
+        ),
+        timeseries_panel(
+            "Merge ratio by pair and mode",
+            "Median guest requests per image-file request over each pair and mode's disks, reads and writes "
+            "(pair_mode:fspair_disk_guest_merge:median_ratio_rate5m).",
+            "none",
+            [
+                Query(
+                    "pair_mode:fspair_disk_guest_merge:median_ratio_rate5m",
+                    "{{guest_fs}}/{{host_fs}} aio={{aio}} cache={{cache}} {{op}}s",
+                )
+            ],
+        ),
+    ]
+
+
 def _worst_pairs() -> list[PanelBuilder]:
     expr = (
         f"{rule('domain_disk:fspair_workload_class:confidence')}\n"
@@ -416,6 +481,9 @@ def build(inputs: Inputs) -> dash.Dashboard:
         d = d.with_panel(p)
     d = d.with_row(row("Write amplification and host-FS overhead"))
     for p in _efficiency(inputs):
+        d = d.with_panel(p)
+    d = d.with_row(row("The guest path by pair, aio and cache mode"))
+    for p in _guest_path():
         d = d.with_panel(p)
     d = d.with_row(row("Contention per host device"))
     for p in _contention(inputs):

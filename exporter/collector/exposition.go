@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	bpf "github.com/fspair/fspair/bpf/obj"
+	"github.com/fspair/fspair/exporter/guest"
 	"github.com/fspair/fspair/exporter/inventory"
 	"github.com/fspair/fspair/exporter/probe"
 )
@@ -75,6 +76,10 @@ type diskRow struct {
 	punted, cacheFlushes [1]uint64
 	// The request paths the probes do not follow, for fspair_disk_unfollowed.
 	gaps []probe.Gap
+
+	// The guest side (guest.go), when the exporter reads it.
+	hasGuest bool
+	guest    guest.Status
 }
 
 type deviceRow struct {
@@ -275,6 +280,8 @@ var directFamilies = func() []directFamily {
 		deviceHist(hostDeviceService, func(r *deviceRow) (*[2][25]uint64, *[2]uint64) { return &r.c.Service, &r.c.ServiceSumNs }),
 		deviceHist(hostDeviceQueue, func(r *deviceRow) (*[2][25]uint64, *[2]uint64) { return &r.c.Queue, &r.c.QueueSumNs }),
 	}
+	// Per disk, from the guest side's source.
+	fams = append(fams, guestFamilies()...)
 	slices.SortFunc(fams, func(a, b directFamily) int { return strings.Compare(a.name, b.name) })
 	return fams
 }()

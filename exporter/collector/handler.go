@@ -51,6 +51,9 @@ type HandlerOpts struct {
 	// compressed once per Reuse instead of once per scrape; a scrape is
 	// served counters at most Reuse plus one collection's duration old.
 	Reuse time.Duration
+	// Guest, if set, gives each disk's guest side (the fspair_disk_guest_*
+	// families), as the background poller last read it.
+	Guest GuestSource
 }
 
 // Handler serves the exposition: the registry's families (the exporter's
@@ -314,6 +317,7 @@ func (h *Handler) collect(c *collection) {
 	}
 	c.s = s
 	s.read(h.inv, h.counters, h.host)
+	s.readGuest(h.opts.Guest)
 	if s.diskErr != nil {
 		h.logger.Error("collector failed", "collector", "disk", "err", s.diskErr)
 	}

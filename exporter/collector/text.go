@@ -77,26 +77,38 @@ func (t *textWriter) head() {
 // uint writes name{labels extra} v. labels is a disk's or device's escaped
 // label set (never empty), extra "" or ",name=\"value\"" pairs.
 func (t *textWriter) uint(name, labels, extra string, v uint64) {
-	t.head()
-	t.buf = append(t.buf, name...)
-	t.buf = append(t.buf, '{')
-	t.buf = append(t.buf, labels...)
-	t.buf = append(t.buf, extra...)
-	t.buf = append(t.buf, "} "...)
+	t.sample(name, labels, extra)
 	t.buf = strconv.AppendUint(t.buf, v, 10)
-	t.buf = append(t.buf, '\n')
-	t.maybeFlush()
+	t.endSample()
 }
 
 // int is uint for signed values.
 func (t *textWriter) int(name, labels, extra string, v int64) {
+	t.sample(name, labels, extra)
+	t.buf = strconv.AppendInt(t.buf, v, 10)
+	t.endSample()
+}
+
+// float is uint for floating-point values, spelt as client_golang spells
+// them.
+func (t *textWriter) float(name, labels, extra string, v float64) {
+	t.sample(name, labels, extra)
+	t.buf = appendFloat(t.buf, v)
+	t.endSample()
+}
+
+// sample starts a sample line: name{labels extra} and the space before
+// the value.
+func (t *textWriter) sample(name, labels, extra string) {
 	t.head()
 	t.buf = append(t.buf, name...)
 	t.buf = append(t.buf, '{')
 	t.buf = append(t.buf, labels...)
 	t.buf = append(t.buf, extra...)
 	t.buf = append(t.buf, "} "...)
-	t.buf = strconv.AppendInt(t.buf, v, 10)
+}
+
+func (t *textWriter) endSample() {
 	t.buf = append(t.buf, '\n')
 	t.maybeFlush()
 }

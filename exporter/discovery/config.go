@@ -39,6 +39,9 @@ var ErrInvalidConfig = errors.New("invalid discovery configuration")
 //	    guest_fs: ext4
 //	exclude_source_files: ["/var/lib/libvirt/images/*-seed.iso"]
 //	exclude_domains: ["test-*"]
+//	qmp_monitors:
+//	  - domain: web01
+//	    socket: /run/qemu/web01.qmp
 //
 // Unknown keys are errors, so that a typo does not silently change what is
 // watched.
@@ -57,6 +60,20 @@ type Config struct {
 	ExcludeSourceFiles []string `yaml:"exclude_source_files"`
 	// ExcludeDomains are path.Match patterns of domain names to leave out.
 	ExcludeDomains []string `yaml:"exclude_domains"`
+	// QMPMonitors name the QMP monitor socket of plain QEMU VMs (any
+	// source but libvirt), for the guest side of their disks.
+	QMPMonitors []QMPMonitor `yaml:"qmp_monitors"`
+}
+
+// QMPMonitor names the QMP monitor socket of one VM, by its domain name
+// (QEMU's -name guest=, or the static disks' domain). QEMU serves one QMP
+// client per socket at a time: a socket another tool keeps open leaves
+// fspair waiting until its deadline, so give fspair a monitor of its own
+// (-chardev socket,id=fspair,path=...,server=on,wait=off -mon
+// chardev=fspair,mode=control).
+type QMPMonitor struct {
+	Domain string `yaml:"domain"` // exact
+	Socket string `yaml:"socket"` // absolute path, as the VMM's mount namespace sees it
 }
 
 // ConfigDisk is one statically configured disk.
@@ -310,6 +327,25 @@ func (c *Config) validate(root *yaml.Node) []error {
 			}
 		}
 	}
+	domains := map[string]int{}
+	for i := range c.QMPMonitors {
+		m := &c.QMPMonitors[i]
+		line := itemLine(root, "qmp_monitors", i)
+		where := fmt.Sprintf("qmp_monitors[%d]", i)
+		switch {
+		case m.Domain == "":
+			add(line, where, errors.New("domain is required"))
+		case domains[m.Domain] != 0:
+			add(line, where, fmt.Errorf("domain %s already has a monitor at line %d", m.Domain, domains[m.Domain]))
+		default:
+			domains[m.Domain] = line
+		}
+		if !filepath.IsAbs(m.Socket) {
+			add(line, where, fmt.Errorf("socket %q must be an absolute path", m.Socket))
+		} else {
+			m.Socket = filepath.Clean(m.Socket)
+		}
+	}
 	for key, pats := range map[string][]string{"exclude_source_files": c.ExcludeSourceFiles, "exclude_domains": c.ExcludeDomains} {
 		for i, p := range pats {
 			if _, err := path.Match(p, ""); err != nil || p == "" {
@@ -344,6 +380,16 @@ func (c *Config) guestFS(d Disk) (string, bool) {
 		if match(o.Domain, d.Domain) && match(o.SourceFile, d.SourceFile) &&
 			(o.UUID == "" || o.UUID == d.UUID) && (o.TargetDevice == "" || o.TargetDevice == d.TargetDevice) {
 			return o.GuestFS, true
+		}
+	}
+	return "", false
+}
+
+// qmpSocket returns the QMP socket the operator names for d's VM, if any.
+func (c *Config) qmpSocket(d Disk) (string, bool) {
+	for _, m := range c.QMPMonitors {
+		if m.Domain == d.Domain {
+			return m.Socket, true
 		}
 	}
 	return "", false

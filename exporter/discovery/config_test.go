@@ -46,6 +46,12 @@ func TestLoadConfigGood(t *testing.T) {
 			t.Errorf("excluded(%+v) = %v, want %v", tc.d, got, tc.excl)
 		}
 	}
+	if s, ok := cfg.qmpSocket(Disk{Domain: "web01"}); !ok || s != "/run/qemu/web01.qmp" {
+		t.Errorf("qmpSocket(web01) = %q, %v; want the cleaned path", s, ok)
+	}
+	if s, ok := cfg.qmpSocket(Disk{Domain: "web0"}); ok {
+		t.Errorf("qmpSocket(web0) = %q: domains match exactly", s)
+	}
 }
 
 func TestLoadConfigEmpty(t *testing.T) {
@@ -76,6 +82,9 @@ func TestLoadConfigErrors(t *testing.T) {
 			`line 13: guest_fs_overrides[0]: needs at least one of`,
 			`line 14: guest_fs_overrides[1]: pattern "[a-": syntax error in pattern`,
 			`line 16: exclude_domains[0]: pattern "": empty pattern`,
+			`line 18: qmp_monitors[0]: domain is required`,
+			`line 18: qmp_monitors[0]: socket "run/x.qmp" must be an absolute path`,
+			`line 21: qmp_monitors[2]: domain web01 already has a monitor at line 19`,
 		}},
 		{"wrong-kind.yml", []string{"line 2: disks: want a list", "line 3: exclude_domains: want a list"}},
 		{"two-docs.yml", []string{"line 2: only one YAML document is allowed"}},

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/digitalocean/go-libvirt"
 )
 
 // Defaults of Options.
@@ -45,10 +47,12 @@ type Options struct {
 	// Proc enables scanning ProcRoot ("/proc" if empty) for QEMU
 	// processes, including their open image files that the command line
 	// does not name (disks hot-plugged with QMP blockdev-add) unless
-	// NoFDScan is set.
+	// NoFDScan is set. ProcQMP lets the QMP monitor sockets their command
+	// lines declare be used for the guest side (Disk.QMP).
 	Proc     bool
 	ProcRoot string
 	NoFDScan bool
+	ProcQMP  bool
 
 	// ConfigFile enables the static source. The file is loaded by New
 	// (an invalid file fails New) and reloaded by Discover when it
@@ -163,7 +167,7 @@ func New(opts Options) (*Discoverer, error) {
 		d.sources[SourceLibvirt] = &sourceState{}
 	}
 	if opts.Proc {
-		d.proc = &ProcScanner{Root: opts.ProcRoot, FDScan: !opts.NoFDScan}
+		d.proc = &ProcScanner{Root: opts.ProcRoot, FDScan: !opts.NoFDScan, QMP: opts.ProcQMP}
 		d.sources[SourceQEMU] = &sourceState{}
 	}
 	if opts.ConfigFile != "" {
@@ -186,6 +190,20 @@ func (d *Discoverer) Sources() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// ErrNoLibvirt is returned by LibvirtBlockStats when the libvirt source is
+// not enabled.
+var ErrNoLibvirt = errors.New("libvirt discovery not enabled")
+
+// LibvirtBlockStats returns libvirt's block statistics of every running
+// domain, over the libvirt source's connection and under its deadlines
+// (Options.LibvirtTimeout per call, ctx for the whole).
+func (d *Discoverer) LibvirtBlockStats(ctx context.Context) ([]libvirt.DomainStatsRecord, error) {
+	if d.libvirt == nil {
+		return nil, ErrNoLibvirt
+	}
+	return d.libvirt.blockStats(ctx)
 }
 
 // Close releases the libvirt connection.
@@ -554,6 +572,15 @@ func (d *Discoverer) merge(sources [][]found) []Disk {
 			if fs, ok := cfg.guestFS(e.Disk); ok {
 				e.GuestFS = fs
 			}
+			// A socket the operator names wins over those on the
+			// command line, except for libvirt's VMs: their guest side
+			// comes through libvirt, never from its monitor.
+			if sock, ok := cfg.qmpSocket(e.Disk); ok && !e.from[SourceLibvirt] && e.QMPNote != QMPNoteLibvirt {
+				e.QMP, e.QMPNote = []string{sock}, ""
+			}
+		}
+		if e.from[SourceLibvirt] {
+			e.QMP = nil
 		}
 		out = append(out, e.Disk)
 	}
@@ -614,6 +641,16 @@ func fill(dst *Disk, src Disk) {
 	}
 	if dst.PID == 0 {
 		dst.PID = src.PID
+	}
+	if len(dst.QMP) == 0 {
+		dst.QMP = src.QMP
+	}
+	// libvirt's VMM stays libvirt's whoever else reports it.
+	if dst.QMPNote == "" || src.QMPNote == QMPNoteLibvirt {
+		dst.QMPNote = src.QMPNote
+	}
+	if dst.QMPNote == QMPNoteLibvirt {
+		dst.QMP = nil
 	}
 	// Any source seeing the image read-only (libvirt <readonly/>, QEMU
 	// read-only=on or snapshot=on) means guest writes do not reach it.

@@ -45,6 +45,14 @@ type Disk struct {
 	// replaced (a new file renamed over SourceFile) or removed while the
 	// VM runs: the VM keeps reading and writing the file it opened.
 	OpenPath string
+
+	// QMP are QMP monitor sockets of the disk's VMM that fspair may read
+	// the guest side of the disk from (query-blockstats), in the order to
+	// try them: the one the operator named (Config.QMPMonitors), or those
+	// on the QEMU command line when Options.ProcQMP allows them. QMPNote
+	// says why there is none (QMPNoteLibvirt, QMPNoteNotAllowed, "").
+	QMP     []string
+	QMPNote string
 }
 
 // cacheMode names the QEMU cache mode for the three flags it is made of

@@ -258,10 +258,26 @@ func (w *watchdog) stop() bool {
 // failed and disks are to be ignored; warn reports problems with single
 // domains (such as invalid metadata) whose disks are still returned.
 func (s *libvirtSource) discover(ctx context.Context) (disks []Disk, warn, err error) {
+	err = s.do(ctx, func(l *libvirt.Libvirt, arm func()) error {
+		var lerr error
+		disks, warn, lerr = s.list(ctx, l, arm)
+		return lerr
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return disks, warn, nil
+}
+
+// do runs fn on the connection, connecting first if need be. fn calls arm
+// before each libvirt call it makes, which starts that call's deadline.
+// Calls are serialised: one query (discovery's or the guest statistics')
+// at a time on the one connection.
+func (s *libvirtSource) do(ctx context.Context, fn func(l *libvirt.Libvirt, arm func()) error) (err error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("wait for previous libvirt query: %w", ctx.Err())
+		return fmt.Errorf("wait for previous libvirt query: %w", ctx.Err())
 	}
 	defer func() { <-s.sem }()
 
@@ -287,7 +303,7 @@ func (s *libvirtSource) discover(ctx context.Context) (disks []Disk, warn, err e
 		connected = err == nil
 	}
 	if connected {
-		disks, warn, err = s.list(ctx, c.l, func() { w.arm(s.callTimeout) })
+		err = fn(c.l, func() { w.arm(s.callTimeout) })
 	}
 	if w.stop() || err != nil {
 		// After a timeout or a failed call the connection state is
@@ -306,10 +322,26 @@ func (s *libvirtSource) discover(ctx context.Context) (disks []Disk, warn, err e
 		default:
 			err = fmt.Errorf("%s libvirt at %s: %w", what, s.socket, err)
 		}
-		return nil, nil, err
+		return err
 	}
 	s.conn = c
-	return disks, warn, nil
+	return nil
+}
+
+// blockStats returns libvirt's block statistics of every running domain
+// (virConnectGetAllDomainStats with VIR_DOMAIN_STATS_BLOCK), which the
+// read-only connection may read.
+func (s *libvirtSource) blockStats(ctx context.Context) (recs []libvirt.DomainStatsRecord, err error) {
+	err = s.do(ctx, func(l *libvirt.Libvirt, arm func()) error {
+		arm()
+		var lerr error
+		recs, lerr = l.ConnectGetAllDomainStats(nil, uint32(libvirt.DomainStatsBlock), uint32(libvirt.ConnectGetAllDomainsStatsActive))
+		if lerr != nil {
+			return fmt.Errorf("get domain block statistics: %w", lerr)
+		}
+		return nil
+	})
+	return recs, err
 }
 
 // list fetches the XML of every running domain, calling arm before each

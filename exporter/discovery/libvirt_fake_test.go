@@ -30,6 +30,15 @@ type fakeDomain struct {
 	name string
 	uuid [16]byte
 	xml  string // "" makes DomainGetXMLDesc fail with VIR_ERR_NO_DOMAIN
+	// stats are the domain's block statistics, as typed parameters of
+	// unsigned long long value (strings for *.name and *.path).
+	stats []fakeParam
+}
+
+type fakeParam struct {
+	field string
+	u     uint64
+	s     string
 }
 
 // Procedure numbers from remote_protocol.x.
@@ -39,6 +48,7 @@ const (
 	procDomainGetXMLDesc      = 14
 	procAuthList              = 66
 	procConnectListAllDomains = 273
+	procConnectGetAllDomStats = 344
 	remoteProgram             = 0x20008086
 	virErrNoDomain            = 42
 )
@@ -123,6 +133,22 @@ func (f *fakeLibvirtd) handle(c net.Conn) {
 				out = out.u32(uint32(i + 1))
 			}
 			out = out.u32(uint32(len(f.domains)))
+		case procConnectGetAllDomStats:
+			out = out.u32(uint32(len(f.domains)))
+			for i, d := range f.domains {
+				out = out.str(d.name)
+				out = append(out, d.uuid[:]...)
+				out = out.u32(uint32(i + 1))
+				out = out.u32(uint32(len(d.stats)))
+				for _, p := range d.stats {
+					out = out.str(p.field)
+					if p.s != "" {
+						out = out.u32(7).str(p.s) // VIR_TYPED_PARAM_STRING
+					} else {
+						out = out.u32(4).u32(uint32(p.u >> 32)).u32(uint32(p.u)) // VIR_TYPED_PARAM_ULLONG
+					}
+				}
+			}
 		case procDomainGetXMLDesc:
 			l := binary.BigEndian.Uint32(body[0:4])
 			name := string(body[4 : 4+l])

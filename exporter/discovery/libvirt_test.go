@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,5 +164,55 @@ func TestReadPIDRejectsPaths(t *testing.T) {
 		if got := s.readPID(name); got != 0 {
 			t.Errorf("readPID(%q) = %d, want 0", name, got)
 		}
+	}
+}
+
+// TestLibvirtBlockStats: the block statistics come over the discovery
+// connection (one connection for both), decoded as go-libvirt decodes
+// them, and a hung libvirtd bounds the call like discovery's.
+func TestLibvirtBlockStats(t *testing.T) {
+	f := startFakeLibvirtd(t, fakeDomain{name: "db01", uuid: [16]byte{1, 2, 3}, xml: readXML(t, "db01.xml"), stats: []fakeParam{
+		{field: "block.count", u: 1}, {field: "block.0.name", s: "vda"}, {field: "block.0.path", s: "/img/db01.qcow2"},
+		{field: "block.0.wr.reqs", u: 1<<40 + 7}, {field: "block.0.fl.times", u: 19865032883},
+	}})
+	const timeout = 300 * time.Millisecond
+	d, err := New(Options{Libvirt: true, LibvirtSocket: f.socket, LibvirtPIDDir: t.TempDir(), LibvirtTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := d.LibvirtBlockStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Dom.Name != "db01" || len(recs[0].Params) != 5 {
+		t.Fatalf("records %+v", recs)
+	}
+	got := map[string]any{}
+	for _, p := range recs[0].Params {
+		got[p.Field] = p.Value.I
+	}
+	if got["block.0.name"] != "vda" || got["block.0.wr.reqs"] != uint64(1<<40+7) || got["block.0.fl.times"] != uint64(19865032883) {
+		t.Errorf("params %v", got)
+	}
+	if n := f.accepts.Load(); n != 1 {
+		t.Errorf("%d connections for discovery and statistics, want 1", n)
+	}
+
+	f.hang.Store(true)
+	start := time.Now()
+	if _, err := d.LibvirtBlockStats(context.Background()); err == nil || time.Since(start) > timeout+time.Second {
+		t.Errorf("hung libvirtd: %v after %s", err, time.Since(start))
+	}
+
+	off, err := New(Options{Proc: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := off.LibvirtBlockStats(context.Background()); !errors.Is(err, ErrNoLibvirt) {
+		t.Errorf("without the libvirt source: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +69,10 @@ type ProcScanner struct {
 	// disk images its command line does not name (added at run time with
 	// QMP blockdev-add).
 	FDScan bool
+	// QMP allows the QMP monitor sockets a QEMU command line declares to
+	// be used for the guest side of its disks (Disk.QMP); without it they
+	// are only noted (Disk.QMPNote).
+	QMP bool
 }
 
 // ScanProc scans procRoot for QEMU processes, including the open file scan.
@@ -198,6 +203,10 @@ func (s *ProcScanner) scanPID(root string, pid int, stats *ScanStats) (*VM, erro
 			return nil, err
 		}
 	}
+	if s.QMP && cwd == "" && slices.ContainsFunc(vm.Monitors, func(p string) bool { return !filepath.IsAbs(p) }) {
+		cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
+	}
+	monitorsFor(vm, s.QMP, cwd)
 	return vm, nil
 }
 

@@ -53,6 +53,13 @@ type VM struct {
 	// Ignored lists drives that are not backed by an image file, each with
 	// the reason ("drive-virtio-disk1: protocol nbd").
 	Ignored []string
+	// Monitors are the QMP server sockets the command line declares
+	// (-qmp unix:..., -chardev socket + -mon mode=control), in order,
+	// libvirt's left out; relative paths as given.
+	Monitors []string
+	// Libvirt is set when the command line is libvirt's (its monitor
+	// chardev): fspair never talks to that QEMU's monitor.
+	Libvirt bool
 }
 
 // flagOptions are the QEMU options that take no argument
@@ -81,7 +88,7 @@ var argOptions = map[string]bool{
 	"device": true, "kernel": true, "initrd": true, "bios": true, "pidfile": true,
 	"D": true, "L": true, "machine": true, "M": true, "cpu": true, "accel": true,
 	"smp": true, "m": true, "object": true, "chardev": true, "netdev": true,
-	"serial": true, "monitor": true, "qmp": true, "mon": true, "global": true,
+	"serial": true, "monitor": true, "qmp": true, "qmp-pretty": true, "mon": true, "global": true,
 	"hda": true, "hdb": true, "hdc": true, "hdd": true, "cdrom": true,
 	"fda": true, "fdb": true, "sd": true, "pflash": true, "mtdblock": true,
 }
@@ -97,6 +104,7 @@ type parser struct {
 	devices  []*device
 	other    map[string]bool
 	count    int
+	mon      monitorParser
 }
 
 // drive is one -drive (or -hda, -cdrom, ...) option.
@@ -232,6 +240,14 @@ func (p *parser) option(name, arg string) error {
 	case "append":
 		// The guest kernel's command line names guest paths, not host
 		// files.
+	case "qmp", "qmp-pretty":
+		p.mon.qmp(arg)
+		p.collectPaths(arg)
+	case "chardev":
+		p.mon.chardev(arg)
+		p.collectPaths(arg)
+	case "mon":
+		p.mon.mon(arg)
 	default:
 		p.collectPaths(arg)
 	}
@@ -883,6 +899,8 @@ func (p *parser) finish() {
 		p.vm.Disks[i].Domain = p.vm.Name
 		p.vm.Disks[i].UUID = p.vm.UUID
 	}
+	p.vm.Monitors = p.mon.sockets()
+	p.vm.Libvirt = p.mon.libvirt
 }
 
 func (p *parser) addDisk(target string, c chain, writeback tristate, snapshot bool) {

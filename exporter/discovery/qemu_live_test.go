@@ -166,9 +166,28 @@ func TestScanProcLiveQEMU(t *testing.T) {
 	pid := cmd.Process.Pid
 
 	vm := findVM(t, pid)
+	// ScanProc notes the -qmp socket without allowing it.
 	want := Disk{Domain: "t1", TargetDevice: "virtio0", SourceFile: img, Source: SourceQEMU, PID: pid,
-		Format: "raw", Cache: "none", AIO: "native", Discard: "ignore"}
+		Format: "raw", Cache: "none", AIO: "native", Discard: "ignore", QMPNote: QMPNoteNotAllowed}
 	diffDisks(t, vm.Disks, []Disk{want})
+	if len(vm.Monitors) != 1 || vm.Monitors[0] != sock || vm.Libvirt {
+		t.Errorf("monitors %q (libvirt %v), want [%s]", vm.Monitors, vm.Libvirt, sock)
+	}
+
+	// Allowed, the socket is the disk's.
+	allowed, err := New(Options{Proc: true, ProcQMP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := allowed.Discover(context.Background())
+	if err != nil || len(res.Errors) != 0 {
+		t.Fatalf("Discover: %v, %v", err, res.Errors)
+	}
+	for _, d := range res.Disks {
+		if d.PID == pid && (len(d.QMP) != 1 || d.QMP[0] != sock || d.QMPNote != "") {
+			t.Errorf("with ProcQMP: disk %s QMP %q note %q, want [%s]", d.SourceFile, d.QMP, d.QMPNote, sock)
+		}
+	}
 
 	// A static entry for the same image, named through a symlink, merges
 	// with what the command line says.
@@ -184,7 +203,7 @@ func TestScanProcLiveQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := disc.Discover(context.Background())
+	res, err = disc.Discover(context.Background())
 	if err != nil || len(res.Errors) != 0 {
 		t.Fatalf("Discover: %v, %v", err, res.Errors)
 	}
@@ -230,8 +249,8 @@ func TestScanProcLiveQEMU(t *testing.T) {
 	})
 
 	vm = findVM(t, pid)
-	hotDisk := Disk{Domain: "t1", SourceFile: hot, Source: SourceQEMU, PID: pid, Cache: CacheDirect}
-	ovlDisk := Disk{Domain: "t1", SourceFile: overlay, Source: SourceQEMU, PID: pid, Format: "qcow2"}
+	hotDisk := Disk{Domain: "t1", SourceFile: hot, Source: SourceQEMU, PID: pid, Cache: CacheDirect, QMPNote: QMPNoteNotAllowed}
+	ovlDisk := Disk{Domain: "t1", SourceFile: overlay, Source: SourceQEMU, PID: pid, Format: "qcow2", QMPNote: QMPNoteNotAllowed}
 	if len(vm.Disks) != 3 {
 		t.Fatalf("after hot-plug got %d disks, want 3 (base.qcow2 is a backing file): %+v", len(vm.Disks), vm.Disks)
 	}

@@ -123,6 +123,21 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 		if i%3 == 1 {
 			line("fspair_disk_unfollowed", k+`,op="flush",path="syscall",measure="latency"`, 1)
 		}
+		// The guest side: QEMU merged a fifth of the reads and writes and
+		// skipped half the flushes (the guest asks more than the file sees).
+		line("fspair_disk_guest_info", k+`,source="qmp",status="ok"`, 1)
+		for _, g := range []struct {
+			op                string
+			n, by, merged, ms float64
+		}{{"read", a.read * 1.25, a.rb, a.read * 0.25, 0.002}, {"write", a.write * 1.25, a.wb, a.write * 0.25, 0.003}, {"flush", a.flush * 2, 0, 0, 0.005}} {
+			l := k + `,op="` + g.op + `"`
+			line("fspair_disk_guest_requests_total", l, math.Floor(g.n*t))
+			line("fspair_disk_guest_request_duration_seconds_total", l, math.Floor(g.n*t)*g.ms)
+			if g.op != "flush" {
+				line("fspair_disk_guest_bytes_total", l, math.Floor(g.by*t))
+				line("fspair_disk_guest_merged_requests_total", l, math.Floor(g.merged*t))
+			}
+		}
 	}
 	for j := 0; j < (disks+99)/100; j++ {
 		fs := fsNames[j%3]

@@ -154,7 +154,7 @@ func TestEveryRuleTested(t *testing.T) {
 			}
 		}
 	}
-	wantOrder := []string{"fspair.disk", "fspair.disk.long", "fspair.efficiency", "fspair.efficiency.long", "fspair.workload",
+	wantOrder := []string{"fspair.disk", "fspair.disk.long", "fspair.efficiency", "fspair.efficiency.long", "fspair.guest", "fspair.workload",
 		"fspair.fleet", "fspair.kdb", "fspair.pairing", "fspair.alerts.pairs", "fspair.alerts.exporter"}
 	gs, ws := append([]string{}, groups...), append([]string{}, wantOrder...)
 	sort.Strings(gs)

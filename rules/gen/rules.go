@@ -308,6 +308,8 @@ func recordingFile(p *Params) File {
 				Comment: "Pair efficiency per disk and per host device over the short window: write amplification, host-FS latency overhead, flush cost, contention."},
 			{Name: "fspair.efficiency.long", Rules: efficiencyRules(l, p.T), Interval: li,
 				Comment: fmt.Sprintf("Pair efficiency over the long window (%s), evaluated every %s: what the fleet view and the efficiency alerts compare.", l.name, li)},
+			{Name: "fspair.guest", Rules: guestRules(s, p.T),
+				Comment: fmt.Sprintf("The guest path over the short window (%s): guest requests against image-file requests (merge ratio, flushes elided, sizes before and after merging), latency by layer from the guest to the device, and the fleet by pair, aio and cache mode.", s.name)},
 			{Name: "fspair.workload", Rules: workloadRules(p),
 				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis) and a confidence."},
 			{Name: "fspair.fleet", Rules: fleetRules(p), Interval: li,

@@ -20,7 +20,10 @@
 // VM disk dashboard's libvirt row). The demo starts virtlogd and libvirtd
 // before the stack when none answers, and stops them at exit; where libvirt
 // is missing or does not start, demo-mail is plain QEMU as well and the
-// demo says that the libvirt row stays empty.
+// demo says that the libvirt row stays empty. The guest side of each disk
+// (the VM disk dashboard's guest path) comes from libvirt for demo-mail and
+// over a QMP monitor the plain QEMU VMs declare for the exporter
+// (--discovery.proc.qmp) for demo-web.
 //
 // Prometheus loads fspair's rules regenerated with an example of a site's
 // own knowledge base (tests/demo/site.yaml, --kdb.site), so that the
@@ -305,7 +308,7 @@ func startVM(ctx context.Context, l *lab.Lab, v vmSpec, img string, asLibvirt bo
 	if !asLibvirt {
 		vm, err := l.StartVM(ctx, lab.VMConfig{Name: v.name, Disks: []lab.DiskConfig{
 			{ID: "vda", File: img, Format: v.format, Cache: v.cache, AIO: v.aio, Discard: "unmap"},
-		}})
+		}, FspairQMP: true})
 		if err != nil {
 			return "", err
 		}
@@ -376,8 +379,13 @@ func (s *stack) start() error {
 		return err
 	}
 	cmd := exec.Command("bash", s.script, "start", "--dir", s.dir)
-	// The demo's mode: see lab.ProbeMode (this host has no trampolines).
-	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter, "FSPAIR_STACK_PROBE_MODE="+lab.ProbeMode())
+	// The plain QEMU VMs declare a QMP monitor for the exporter
+	// (lab.VMConfig.FspairQMP): the exporter may read their guest side
+	// over it. The demo's probe mode: see lab.ProbeMode (this host has no
+	// trampolines).
+	args := strings.TrimSpace(os.Getenv("FSPAIR_EXPORTER_ARGS") + " --discovery.proc.qmp")
+	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter, "FSPAIR_EXPORTER_ARGS="+args,
+		"FSPAIR_STACK_PROBE_MODE="+lab.ProbeMode())
 	if s.site != "" || s.forScale != 1 {
 		rules, err := s.generateRules()
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -120,3 +121,64 @@ func (vm *VM) BlockStats(ctx context.Context) (map[string]BlockStats, error) {
 	}
 	return parseBlockStats(raw)
 }
+
+// BlockStats returns QEMU's block statistics of the domain's disks keyed
+// by image file, asked of its QEMU through libvirt (virsh
+// qemu-monitor-command: query-blockstats, and query-block for which device
+// holds which file). libvirt marks the domain tainted by it, which is no
+// matter for a lab domain.
+func (d *Domain) BlockStats(ctx context.Context) (map[string]BlockStats, error) {
+	ask := func(cmd string) (json.RawMessage, error) {
+		out, err := Virsh(ctx, "qemu-monitor-command", d.Name, `{"execute":"`+cmd+`"}`)
+		if err != nil {
+			return nil, err
+		}
+		var reply struct {
+			Return json.RawMessage `json:"return"`
+		}
+		if err := json.Unmarshal([]byte(out), &reply); err != nil || reply.Return == nil {
+			return nil, fmt.Errorf("%s of domain %s: unexpected reply %q", cmd, d.Name, truncate(out, 200))
+		}
+		return reply.Return, nil
+	}
+	raw, err := ask("query-blockstats")
+	if err != nil {
+		return nil, err
+	}
+	byID, err := parseBlockStats(raw)
+	if err != nil {
+		return nil, err
+	}
+	raw, err = ask("query-block")
+	if err != nil {
+		return nil, err
+	}
+	var block []struct {
+		Device   string `json:"device"`
+		QDev     string `json:"qdev"`
+		Inserted *struct {
+			File string `json:"file"`
+		} `json:"inserted"`
+	}
+	if err := json.Unmarshal(raw, &block); err != nil {
+		return nil, fmt.Errorf("decode query-block of domain %s: %w", d.Name, err)
+	}
+	out := map[string]BlockStats{}
+	for _, b := range block {
+		if b.Inserted == nil {
+			continue
+		}
+		id := qdevID(b.QDev)
+		if id == "" {
+			id = b.Device
+		}
+		if s, ok := byID[id]; ok {
+			out[b.Inserted.File] = s
+		}
+	}
+	return out, nil
+}
+
+// PID returns the process id of the domain's QEMU from the QEMU driver's
+// pid file, 0 if unknown.
+func (d *Domain) PID() int { return readPIDFile(filepath.Join(libvirtPIDDir, d.Name+".pid")) }

@@ -184,6 +184,22 @@ func shellQuote(s string) string {
 // Fio runs fio in the guest and parses its JSON output. A job that fio
 // reports with a non-zero error is returned together with an error.
 func (vm *VM) Fio(ctx context.Context, job FioJob) (*FioResult, error) {
+	start := time.Now()
+	res, err := RunFio(ctx, vm, vm.Name, job)
+	if err == nil {
+		vm.stage("fio took %.1fs", time.Since(start).Seconds())
+	}
+	return res, err
+}
+
+// Runner runs shell scripts in a guest: a VM, or a libvirt domain's Guest.
+type Runner interface {
+	RunOK(ctx context.Context, script string) (string, error)
+}
+
+// RunFio runs fio in the guest behind r (named name in errors) and parses
+// its JSON output, as VM.Fio does.
+func RunFio(ctx context.Context, r Runner, name string, job FioJob) (*FioResult, error) {
 	var sh strings.Builder
 	sh.WriteString("set -e\ncd /tmp\n")
 	args := []string{"fio", "--output-format=json", "--output=/tmp/lab-fio.json"}
@@ -209,19 +225,17 @@ func (vm *VM) Fio(ctx context.Context, job FioJob) (*FioResult, error) {
 	fmt.Fprintf(&sh, "rm -f /tmp/lab-fio.json\nif ! env %s%s >/tmp/lab-fio.err 2>&1; then cat /tmp/lab-fio.err; exit 1; fi\ncat /tmp/lab-fio.json\n",
 		env, strings.Join(args, " "))
 
-	start := time.Now()
-	out, err := vm.RunOK(ctx, sh.String())
+	out, err := r.RunOK(ctx, sh.String())
 	if err != nil {
-		return nil, fmt.Errorf("fio in %s: %w", vm.Name, err)
+		return nil, fmt.Errorf("fio in %s: %w", name, err)
 	}
 	res, err := ParseFio([]byte(out))
 	if err != nil {
-		return nil, fmt.Errorf("fio in %s: %w", vm.Name, err)
+		return nil, fmt.Errorf("fio in %s: %w", name, err)
 	}
-	vm.stage("fio took %.1fs", time.Since(start).Seconds())
 	for _, j := range res.Jobs {
 		if j.Error != 0 {
-			return res, fmt.Errorf("fio in %s: job %s failed with error %d", vm.Name, j.Name, j.Error)
+			return res, fmt.Errorf("fio in %s: job %s failed with error %d", name, j.Name, j.Error)
 		}
 	}
 	return res, nil

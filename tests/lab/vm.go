@@ -46,6 +46,11 @@ type VMConfig struct {
 	KernelArgs  string        // appended to the kernel command line
 	BootTimeout time.Duration // until the control shell answers; default 3 minutes
 	Progress    io.Writer     // stage lines; may be nil
+
+	// FspairQMP gives the exporter a QMP monitor of its own, declared on
+	// the command line before the lab's (QEMU serves one client per
+	// monitor, and the lab holds its own for the VM's life): VM.FspairQMP.
+	FspairQMP bool
 }
 
 // VM is a running QEMU guest.
@@ -54,6 +59,8 @@ type VM struct {
 	Dir     string
 	Console string // kernel console (ttyS0) log
 	Log     string // QEMU's own stderr
+	// FspairQMP is the exporter's QMP socket (VMConfig.FspairQMP), "" if none.
+	FspairQMP string
 
 	cfg      VMConfig
 	progress io.Writer
@@ -153,6 +160,9 @@ func (d DiskConfig) deviceArg() string {
 	return fmt.Sprintf("virtio-blk-pci,drive=drive-%s,id=%s,serial=%s", d.ID, d.ID, d.Serial)
 }
 
+// fspairQMPPath is where a VM's exporter monitor listens.
+func fspairQMPPath(dir string) string { return filepath.Join(dir, "fspair.qmp") }
+
 // qemuArgs builds the QEMU command line.
 func qemuArgs(kit *Kit, cfg VMConfig, qmpPath, consolePath string) []string {
 	appendArgs := "console=ttyS0 panic=-1 quiet"
@@ -177,8 +187,12 @@ func qemuArgs(kit *Kit, cfg VMConfig, qmpPath, consolePath string) []string {
 		// the guest writes can be lost before the host connects.
 		"-chardev", "stdio,id=control,signal=off",
 		"-serial", "chardev:control",
-		"-qmp", "unix:" + qmpPath + ",server=on,wait=off",
 	}
+	if cfg.FspairQMP {
+		args = append(args, "-chardev", "socket,id=fspair-qmp,path="+fspairQMPPath(cfg.Dir)+",server=on,wait=off",
+			"-mon", "chardev=fspair-qmp,mode=control")
+	}
+	args = append(args, "-qmp", "unix:"+qmpPath+",server=on,wait=off")
 	for _, d := range cfg.Disks {
 		args = append(args, "-drive", d.driveArg(), "-device", d.deviceArg())
 	}
@@ -241,16 +255,22 @@ func StartVM(ctx context.Context, kit *Kit, cfg VMConfig) (*VM, error) {
 		return nil, fmt.Errorf("start vm %s: qmp socket path %s too long for a unix socket; use a shorter work dir", cfg.Name, qmpPath)
 	}
 	_ = os.Remove(qmpPath)
+	fspairQMP := ""
+	if cfg.FspairQMP {
+		fspairQMP = fspairQMPPath(cfg.Dir)
+		_ = os.Remove(fspairQMP)
+	}
 	vm := &VM{
-		Name:     cfg.Name,
-		Dir:      cfg.Dir,
-		Console:  filepath.Join(cfg.Dir, "console.log"),
-		Log:      filepath.Join(cfg.Dir, "qemu.log"),
-		cfg:      cfg,
-		progress: progress,
-		disks:    disks,
-		exited:   make(chan struct{}),
-		started:  time.Now(),
+		FspairQMP: fspairQMP,
+		Name:      cfg.Name,
+		Dir:       cfg.Dir,
+		Console:   filepath.Join(cfg.Dir, "console.log"),
+		Log:       filepath.Join(cfg.Dir, "qemu.log"),
+		cfg:       cfg,
+		progress:  progress,
+		disks:     disks,
+		exited:    make(chan struct{}),
+		started:   time.Now(),
 	}
 	if err := vm.launch(kit, qmpPath); err != nil {
 		return nil, fmt.Errorf("start vm %s: %w", cfg.Name, err)

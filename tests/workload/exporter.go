@@ -62,8 +62,9 @@ func (s *syncBuffer) String() string {
 }
 
 // StartExporter runs the exporter binary bin with /proc discovery every
-// second (the lab's guests are plain QEMU processes; libvirt is off) and
-// extra flags, and returns once it serves /metrics.
+// second (the lab's guests are plain QEMU processes; libvirt is off), the
+// guest side read over the QMP monitors they declare, and extra flags, and
+// returns once it serves /metrics.
 func StartExporter(ctx context.Context, bin string, extra ...string) (*Exporter, error) {
 	port, err := freePort()
 	if err != nil {
@@ -73,6 +74,10 @@ func StartExporter(ctx context.Context, bin string, extra ...string) (*Exporter,
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
 		"--no-discovery.libvirt",
 		"--discovery.interval=1s",
+		// The guests declare a QMP monitor for the exporter
+		// (BootPair): the guest side of their disks, every second.
+		"--discovery.proc.qmp",
+		"--guest.interval=1s",
 	}, lab.WithProbeMode(extra)...)
 	e := &Exporter{
 		URL:  fmt.Sprintf("http://127.0.0.1:%d/metrics", port),

@@ -36,6 +36,10 @@ type Snapshot struct {
 	DeviceRequests map[string]float64 `json:"device_requests"` // fspair_disk_device_requests_total by op
 	DeviceBytes    map[string]float64 `json:"device_bytes"`    // fspair_disk_device_bytes_total by op
 	Outstanding    Hist               `json:"outstanding"`     // fspair_disk_outstanding_requests
+	// The guest side, when the exporter reads it (fspair_disk_guest_*):
+	// what the guest asked of its virtio disk, before QEMU merged requests.
+	GuestRequests map[string]float64 `json:"guest_requests,omitempty"` // by op
+	GuestBytes    map[string]float64 `json:"guest_bytes,omitempty"`    // by op
 }
 
 // ReadDisk picks the disk whose image is sourceFile out of a scrape taken
@@ -53,6 +57,8 @@ func ReadDisk(fams map[string]*dto.MetricFamily, sourceFile string, t time.Time)
 		Stage:          map[string]Hist{},
 		DeviceRequests: map[string]float64{},
 		DeviceBytes:    map[string]float64{},
+		GuestRequests:  map[string]float64{},
+		GuestBytes:     map[string]float64{},
 	}
 	each := func(name string, fn func(l map[string]string, m *dto.Metric)) {
 		f := fams[name]
@@ -85,6 +91,8 @@ func ReadDisk(fams map[string]*dto.MetricFamily, sourceFile string, t time.Time)
 		{"fspair_disk_sync_writes_total", "mode", s.SyncWrites},
 		{"fspair_disk_device_requests_total", "op", s.DeviceRequests},
 		{"fspair_disk_device_bytes_total", "op", s.DeviceBytes},
+		{"fspair_disk_guest_requests_total", "op", s.GuestRequests},
+		{"fspair_disk_guest_bytes_total", "op", s.GuestBytes},
 	}
 	for _, c := range counters {
 		each(c.name, func(l map[string]string, m *dto.Metric) { c.into[l[c.label]] = m.GetCounter().GetValue() })
@@ -139,6 +147,27 @@ var FeatureNames = []string{
 	FeatGuestWriteAmplification,
 }
 
+// The guest side's features: the same definitions as their image-file
+// namesakes, on what the guest asked before QEMU merged requests and
+// skipped flushes (fspair_disk_guest_*). Absent when the exporter has no
+// guest side for the disk. rules/README.md (The classifier's inputs)
+// compares them with the image-file features.
+const (
+	FeatGuestReadShare       = "guest_read_share"
+	FeatGuestMeanReadSize    = "guest_mean_read_bytes"
+	FeatGuestMeanWriteSize   = "guest_mean_write_bytes"
+	FeatGuestFlushesPerWrite = "guest_flushes_per_write"
+	FeatGuestReadWriteRatio  = "guest_read_write_ratio"
+	FeatReadMergeRatio       = "read_merge_ratio"  // guest reads per image-file read
+	FeatWriteMergeRatio      = "write_merge_ratio" // guest writes per image-file write
+)
+
+// GuestFeatureNames lists the guest side's features in table order.
+var GuestFeatureNames = []string{
+	FeatGuestReadShare, FeatGuestMeanReadSize, FeatGuestMeanWriteSize, FeatGuestFlushesPerWrite,
+	FeatGuestReadWriteRatio, FeatReadMergeRatio, FeatWriteMergeRatio,
+}
+
 // Compute derives the features of the window from a to b (b later) from
 // counter deltas, as rate() over the window would.
 //
@@ -189,6 +218,18 @@ func Compute(a, b Snapshot) Features {
 	mean(FeatDeviceReadLatency, a.Stage["device/read"], b.Stage["device/read"])
 	mean(FeatDeviceWriteLatency, a.Stage["device/write"], b.Stage["device/write"])
 	mean(FeatMeanOutstanding, a.Outstanding, b.Outstanding)
+	if len(a.GuestRequests) > 0 && len(b.GuestRequests) > 0 {
+		greq := func(s Snapshot) map[string]float64 { return s.GuestRequests }
+		gbyt := func(s Snapshot) map[string]float64 { return s.GuestBytes }
+		gr, gw, gf := d(greq, "read"), d(greq, "write"), d(greq, "flush")
+		set(FeatGuestReadShare, gr, gr+gw)
+		set(FeatGuestMeanReadSize, d(gbyt, "read"), gr)
+		set(FeatGuestMeanWriteSize, d(gbyt, "write"), gw)
+		set(FeatGuestFlushesPerWrite, gf, gw)
+		set(FeatGuestReadWriteRatio, gr, gw)
+		set(FeatReadMergeRatio, gr, reads)
+		set(FeatWriteMergeRatio, gw, writes)
+	}
 	return f
 }
 

@@ -256,3 +256,30 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestComputeGuest: the guest side's features, on what the guest asked
+// (ReadDisk takes them from fspair_disk_guest_*), beside the image file's;
+// without a guest side they are absent.
+func TestComputeGuest(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := Snapshot{Time: t0, Requests: map[string]float64{"read": 0, "write": 0},
+		GuestRequests: map[string]float64{"read": 0, "write": 0, "flush": 0}, GuestBytes: map[string]float64{"read": 0, "write": 0}}
+	b := Snapshot{Time: t0.Add(10 * time.Second), Requests: map[string]float64{"read": 200, "write": 50},
+		// 300 guest reads of 4 KiB merged into 200, 100 writes of 8 KiB into 50, 80 flushes.
+		GuestRequests: map[string]float64{"read": 300, "write": 100, "flush": 80},
+		GuestBytes:    map[string]float64{"read": 300 * 4096, "write": 100 * 8192}}
+	f := Compute(a, b)
+	want := Features{FeatGuestReadShare: 0.75, FeatGuestMeanReadSize: 4096, FeatGuestMeanWriteSize: 8192,
+		FeatGuestFlushesPerWrite: 0.8, FeatGuestReadWriteRatio: 3, FeatReadMergeRatio: 1.5, FeatWriteMergeRatio: 2}
+	for n, v := range want {
+		if got, ok := f[n]; !ok || math.Abs(got-v) > 1e-12 {
+			t.Errorf("%s = %v (present %v), want %v", n, got, ok, v)
+		}
+	}
+	b.GuestRequests, b.GuestBytes = nil, nil
+	for _, n := range GuestFeatureNames {
+		if v, ok := Compute(a, b)[n]; ok {
+			t.Errorf("without a guest side %s = %v, want absent", n, v)
+		}
+	}
+}

@@ -42,7 +42,9 @@ func BootPair(ctx context.Context, l *lab.Lab, p Pair, name string) (*Guest, err
 	if err != nil {
 		return nil, fmt.Errorf("boot pair %s: %w", p, err)
 	}
-	vm, err := l.StartVM(ctx, lab.VMConfig{Name: name, MemMiB: GuestMemMiB, Disks: []lab.DiskConfig{d}})
+	// The exporter's own QMP monitor: with --discovery.proc.qmp it reads
+	// the guest side of the disk over it.
+	vm, err := l.StartVM(ctx, lab.VMConfig{Name: name, MemMiB: GuestMemMiB, Disks: []lab.DiskConfig{d}, FspairQMP: true})
 	if err != nil {
 		return nil, fmt.Errorf("boot pair %s: %w", p, err)
 	}

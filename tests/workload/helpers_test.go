@@ -37,7 +37,8 @@ func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair) guest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := l.StartVM(ctx, lab.VMConfig{Name: "workload", MemMiB: guestMemMiB, Disks: []lab.DiskConfig{d}})
+	// The exporter reads the guest side over a QMP monitor of its own.
+	vm, err := l.StartVM(ctx, lab.VMConfig{Name: "workload", MemMiB: guestMemMiB, Disks: []lab.DiskConfig{d}, FspairQMP: true})
 	if err != nil {
 		t.Fatal(err)
 	}

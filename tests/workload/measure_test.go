@@ -5,7 +5,10 @@ package workload
 import (
 	"context"
 	"flag"
+	"fmt"
+	"math"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -190,4 +193,75 @@ func TestRender(t *testing.T) {
 	if err := os.WriteFile("FEATURES.md", []byte(out), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestGuestSeparation prints, from the results of -out, each feature the
+// guest side also gives next to its image-file namesake: its range per
+// workload over the pairs measured, and how far apart the workloads' ranges
+// lie (the smallest gap between neighbouring ranges, as a ratio for sizes
+// and ratios, as a difference for shares). rules/README.md (The
+// classifier's inputs) quotes it.
+func TestGuestSeparation(t *testing.T) {
+	res, err := LoadResults(*flagOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs := [][2]string{
+		{FeatReadShare, FeatGuestReadShare},
+		{FeatMeanReadSize, FeatGuestMeanReadSize},
+		{FeatMeanWriteSize, FeatGuestMeanWriteSize},
+		{FeatFlushesPerWrite, FeatGuestFlushesPerWrite},
+		{FeatReadWriteRatio, FeatGuestReadWriteRatio},
+	}
+	var b strings.Builder
+	b.WriteString("| feature | side |")
+	for _, w := range Workloads {
+		fmt.Fprintf(&b, " %s |", w)
+	}
+	b.WriteString(" closest neighbours |\n|---|---|")
+	for range Workloads {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|\n")
+	seen := 0
+	for _, p := range pairs {
+		for side, n := range p {
+			type span struct {
+				w      Workload
+				lo, hi float64
+			}
+			var spans []span
+			fmt.Fprintf(&b, "| %s | %s |", p[0], []string{"image file", "guest"}[side])
+			for _, w := range Workloads {
+				lo, hi, ok := res.Span(w, n)
+				if !ok {
+					b.WriteString(" - |")
+					continue
+				}
+				seen++
+				spans = append(spans, span{w, lo, hi})
+				fmt.Fprintf(&b, " %s .. %s |", format(p[0], lo), format(p[0], hi))
+			}
+			sort.Slice(spans, func(i, j int) bool { return spans[i].lo+spans[i].hi < spans[j].lo+spans[j].hi })
+			ratio := !strings.Contains(p[0], "share")
+			best, what := math.Inf(1), "-"
+			for i := 1; i < len(spans); i++ {
+				a, c := spans[i-1], spans[i]
+				gap := c.lo - a.hi
+				s := fmt.Sprintf("%+.2f", gap)
+				if ratio && a.hi > 0 {
+					gap = c.lo / a.hi
+					s = fmt.Sprintf("x%.2f", gap)
+				}
+				if gap < best {
+					best, what = gap, fmt.Sprintf("%s %s %s", a.w, s, c.w)
+				}
+			}
+			fmt.Fprintf(&b, " %s |\n", what)
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("%s has no guest-side features: measure with TestMeasure first", *flagOut)
+	}
+	t.Logf("\n%s", b.String())
 }

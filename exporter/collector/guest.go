@@ -1,0 +1,207 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fspair/fspair/exporter/guest"
+	"github.com/fspair/fspair/exporter/inventory"
+)
+
+// The guest side of each disk (exporter/guest): what the guest's virtio
+// device asked of QEMU, before QEMU merged adjacent requests into one
+// image-file request and skipped flushes with nothing written since the
+// last, from QEMU's query-blockstats (over QMP, or libvirt's domain
+// statistics). Counters a source does not give are absent, never zero.
+
+var guestOpExtra = extraLabels("op", guest.OpNames[:])
+
+var (
+	guestInfo = diskDesc("guest_info",
+		"Where the guest side of a VM disk comes from: source=qmp (query-blockstats on a QMP monitor), libvirt (libvirt's domain block statistics) or none; "+
+			"status=ok, stale (the last read failed: the values are the last good ones), unreachable, no_device, "+
+			"no_monitor (plain QEMU whose QMP socket nobody named), not_allowed (QMP sockets on its command line, --discovery.proc.qmp off), "+
+			"libvirt_monitor (libvirt's QEMU, libvirt not reporting it: fspair never uses libvirt's monitor). Always 1.",
+		"source", "status")
+	guestRequests = diskDesc("guest_requests_total",
+		"Requests the guest's virtio device completed, by operation, before QEMU merged adjacent ones (QEMU's rd/wr/flush/unmap_operations; "+
+			"flushes include those QEMU skipped because nothing was written since the last).", "op")
+	guestBytes = diskDesc("guest_bytes_total",
+		"Bytes the guest's requests moved, by operation (QEMU's rd/wr/unmap_bytes).", "op")
+	guestErrors = diskDesc("guest_request_errors_total",
+		"Guest requests that failed, by operation (QEMU's failed_*_operations; QMP only).", "op")
+	guestMerged = diskDesc("guest_merged_requests_total",
+		"Guest requests QEMU merged into an adjacent one before issuing it to the image file, by operation (QEMU's rd/wr/unmap_merged; QMP only).", "op")
+	guestTime = diskDesc("guest_request_duration_seconds_total",
+		"Total time the guest's requests took as the guest sees it, from the device receiving them to completing them, by operation "+
+			"(QEMU's *_total_time_ns).", "op")
+	guestReadTime = diskDesc("guest_last_read_timestamp_seconds",
+		"When the guest-side values of the disk were read from their source.")
+)
+
+// GuestSource is what the guest families read: the background poller's
+// last result for a disk.
+type GuestSource interface {
+	Status(d *inventory.Disk) guest.Status
+}
+
+// readGuest fills the rows' guest side; with no source the guest families
+// are left out altogether.
+func (s *snapshot) readGuest(src GuestSource) {
+	for i := range s.disks {
+		r := &s.disks[i]
+		r.hasGuest = src != nil
+		if src != nil {
+			r.guest = src.Status(r.d)
+		}
+	}
+}
+
+// guestFamilies are the direct writers of the guest families.
+func guestFamilies() []directFamily {
+	return []directFamily{
+		guestInfoFamily(),
+		guestVec(guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }),
+		guestVec(guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }),
+		guestVec(guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
+		guestVec(guestMerged, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
+		guestVec(guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }),
+		guestReadTimeFamily(),
+	}
+}
+
+func guestInfoFamily() directFamily {
+	f := familyOf(guestInfo, "gauge")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if r.hasGuest {
+				t.uint(f.name, r.labels, ","+labelPairs("source", r.guest.Source, "status", r.guest.Status), 1)
+			}
+		}
+	}}
+}
+
+// guestReading returns the row's guest values, nil when it has none.
+func guestReading(r *diskRow) *guest.Reading {
+	if !r.hasGuest {
+		return nil
+	}
+	return r.guest.Reading
+}
+
+// guestVec is a counter family by operation of the guest's values; with a
+// divisor other than 1 (nanoseconds to seconds) the values are written as
+// floats, as client_golang writes them.
+func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[guest.NumOps]guest.Counter) directFamily {
+	f := familyOf(d, "counter")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			g := guestReading(r)
+			if g == nil {
+				continue
+			}
+			for op, c := range get(&g.Stats) {
+				switch {
+				case !c.OK:
+				case divisor == 1:
+					t.uint(f.name, r.labels, guestOpExtra[op], c.V)
+				default:
+					t.float(f.name, r.labels, guestOpExtra[op], float64(c.V)/divisor)
+				}
+			}
+		}
+	}}
+}
+
+func guestReadTimeFamily() directFamily {
+	f := familyOf(guestReadTime, "gauge")
+	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+		t.family(f)
+		for i := range s.disks {
+			r := &s.disks[i]
+			if g := guestReading(r); g != nil {
+				t.float(f.name, r.labels, "", float64(g.At.UnixMilli())/1e3)
+			}
+		}
+	}}
+}
+
+// GuestDiskCollector sends the guest families through client_golang: the
+// reference the direct writer is tested against (TestGuestDirectMatchesCollector).
+type GuestDiskCollector struct {
+	inv DiskLister
+	src GuestSource
+}
+
+// NewGuestDiskCollector returns the guest collector.
+func NewGuestDiskCollector(inv DiskLister, src GuestSource) *GuestDiskCollector {
+	return &GuestDiskCollector{inv: inv, src: src}
+}
+
+// Update implements Collector.
+func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
+	for _, d := range c.inv.Disks() {
+		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
+		st := c.src.Status(&d)
+		ch <- prometheus.MustNewConstMetric(guestInfo, prometheus.GaugeValue, 1, with(k, st.Source, st.Status)...)
+		g := st.Reading
+		if g == nil {
+			continue
+		}
+		for _, v := range []struct {
+			d *prometheus.Desc
+			c *[guest.NumOps]guest.Counter
+		}{{guestRequests, &g.Stats.Requests}, {guestBytes, &g.Stats.Bytes}, {guestErrors, &g.Stats.Failed}, {guestMerged, &g.Stats.Merged}} {
+			for op, c := range v.c {
+				if c.OK {
+					ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(c.V), with(k, guest.OpNames[op])...)
+				}
+			}
+		}
+		for op, c := range g.Stats.TimeNs {
+			if c.OK {
+				ch <- prometheus.MustNewConstMetric(guestTime, prometheus.CounterValue, float64(c.V)/1e9, with(k, guest.OpNames[op])...)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(guestReadTime, prometheus.GaugeValue, float64(g.At.UnixMilli())/1e3, k...)
+	}
+	return nil
+}
+
+// GuestPollSource is what the guest poll collector reads.
+type GuestPollSource interface {
+	Stats() guest.PollStats
+}
+
+var (
+	guestPolls = prometheus.NewDesc("fspair_guest_polls_total",
+		"Reads of guest-side statistics, by source: one per QMP monitor session, one per libvirt call.", []string{"source"}, nil)
+	guestPollErrors = prometheus.NewDesc("fspair_guest_poll_errors_total",
+		"Reads of guest-side statistics that failed or did not finish within --guest.timeout, by source; the disks keep their last values.", []string{"source"}, nil)
+	guestRoundDuration = prometheus.NewDesc("fspair_guest_round_duration_seconds",
+		"Time the last round of guest-side reads took.", nil, nil)
+)
+
+// GuestPollCollector reports on the guest-side reads themselves.
+type GuestPollCollector struct{ src GuestPollSource }
+
+// NewGuestPollCollector returns the guest poll collector.
+func NewGuestPollCollector(src GuestPollSource) *GuestPollCollector {
+	return &GuestPollCollector{src: src}
+}
+
+// Update implements Collector.
+func (c *GuestPollCollector) Update(ch chan<- prometheus.Metric) error {
+	s := c.src.Stats()
+	for _, src := range guest.Sources() {
+		ch <- prometheus.MustNewConstMetric(guestPolls, prometheus.CounterValue, float64(s.Polls[src]), src)
+		ch <- prometheus.MustNewConstMetric(guestPollErrors, prometheus.CounterValue, float64(s.Errors[src]), src)
+	}
+	if s.Rounds > 0 {
+		ch <- prometheus.MustNewConstMetric(guestRoundDuration, prometheus.GaugeValue, s.LastDuration.Seconds())
+	}
+	return nil
+}

@@ -1,0 +1,412 @@
+package guest
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/fspair/fspair/exporter/discovery"
+	"github.com/fspair/fspair/exporter/inventory"
+)
+
+// Defaults of Options.
+const (
+	DefaultInterval    = 5 * time.Second
+	DefaultTimeout     = 2 * time.Second
+	DefaultMaxSessions = 16
+)
+
+// DiskLister lists the disks to read the guest side of.
+type DiskLister interface {
+	Disks() []inventory.Disk
+}
+
+// LibvirtStats returns libvirt's block statistics of every running domain
+// (discovery.Discoverer.LibvirtBlockStats).
+type LibvirtStats func(ctx context.Context) ([]libvirt.DomainStatsRecord, error)
+
+// Options configure a Poller.
+type Options struct {
+	// Interval between reads (DefaultInterval if zero).
+	Interval time.Duration
+	// Timeout bounds each QMP session (connect, greeting, commands) and
+	// the libvirt call (DefaultTimeout if zero).
+	Timeout time.Duration
+	// Libvirt reads libvirt's statistics; nil when the libvirt source is
+	// off, and then libvirt domains have no guest side.
+	Libvirt LibvirtStats
+	// MaxSessions bounds the QMP sessions open at once
+	// (DefaultMaxSessions if zero).
+	MaxSessions int
+	// ProcRoot is where to reach a VMM's root for sockets in its mount
+	// namespace ("/proc" if empty).
+	ProcRoot string
+	Logger   *slog.Logger
+}
+
+// PollStats count the reads, for the exporter's own metrics.
+type PollStats struct {
+	Polls, Errors map[string]uint64 // by source
+	LastDuration  time.Duration
+	Rounds        uint64
+}
+
+// Poller reads the guest side of every disk in the background and keeps
+// the result for scrapes.
+type Poller struct {
+	inv  DiskLister
+	opts Options
+	log  *slog.Logger
+
+	round sync.Mutex // one round at a time
+	// vms remembers, per VM read over QMP, which of its sockets to try
+	// next and whether it was failing; touched by rounds only.
+	vms         map[string]*vmState
+	libvirtFail bool
+
+	mu     sync.RWMutex
+	status map[diskKey]Status
+	stats  PollStats
+}
+
+type vmState struct {
+	next    int // index in the disk's QMP sockets
+	failing bool
+}
+
+// diskKey identifies a disk across rounds: its labels and its VMM.
+type diskKey struct {
+	domain, uuid, target, file string
+	pid                        int
+}
+
+func keyOf(d *inventory.Disk) diskKey {
+	return diskKey{d.Domain, d.UUID, d.TargetDevice, d.SourceFile, d.PID}
+}
+
+// New returns a Poller over the disks of inv.
+func New(inv DiskLister, opts Options) *Poller {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Poller{inv: inv, opts: opts, log: log, vms: map[string]*vmState{}, status: map[diskKey]Status{},
+		stats: PollStats{Polls: map[string]uint64{}, Errors: map[string]uint64{}}}
+}
+
+// Status returns what is known of a disk's guest side; it only reads what
+// the last round left.
+func (p *Poller) Status(d *inventory.Disk) Status {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if s, ok := p.status[keyOf(d)]; ok {
+		return s
+	}
+	// Not yet seen by a round (discovered since): no values yet.
+	if src := sourceOf(d); src != SourceNone {
+		return Status{Source: src, Status: StatusUnreachable}
+	}
+	return Status{Source: SourceNone, Status: noneStatus(d)}
+}
+
+// Stats returns the counts of reads so far.
+func (p *Poller) Stats() PollStats {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	s := p.stats
+	s.Polls, s.Errors = clone(p.stats.Polls), clone(p.stats.Errors)
+	return s
+}
+
+func clone(m map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Run reads every Interval until ctx ends.
+func (p *Poller) Run(ctx context.Context) {
+	t := time.NewTicker(p.opts.Interval)
+	defer t.Stop()
+	for {
+		p.Poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sourceOf is where a disk's guest side comes from.
+func sourceOf(d *inventory.Disk) string {
+	switch {
+	case d.Source == discovery.SourceLibvirt:
+		return SourceLibvirt
+	case len(d.QMP) > 0:
+		return SourceQMP
+	}
+	return SourceNone
+}
+
+// noneStatus says why a disk has no source.
+func noneStatus(d *inventory.Disk) string {
+	switch d.QMPNote {
+	case discovery.QMPNoteLibvirt:
+		return StatusLibvirtMonitor
+	case discovery.QMPNoteNotAllowed:
+		return StatusNotAllowed
+	}
+	return StatusNoMonitor
+}
+
+// vmKey groups the disks one QMP session reads: one VMM process, or for
+// disks without one, one domain and socket list.
+func vmKey(d *inventory.Disk) string {
+	if d.PID > 0 {
+		return "pid:" + strconv.Itoa(d.PID)
+	}
+	return "domain:" + d.Domain + "\x00" + strings.Join(d.QMP, "\x00")
+}
+
+// result is what a round learnt of one disk.
+type result struct {
+	source string
+	err    bool // its source failed this round
+	found  bool
+	stats  Stats
+	at     time.Time
+}
+
+// Poll runs one round: libvirt's statistics in one call, each QMP VM in a
+// session of its own (MaxSessions at once), all bounded by Timeout; then it
+// publishes the results. Values a failed read would have replaced are kept.
+func (p *Poller) Poll(ctx context.Context) {
+	p.round.Lock()
+	defer p.round.Unlock()
+	start := time.Now()
+	disks := p.inv.Disks()
+	results := make([]result, len(disks))
+
+	var lvDisks []int
+	vms := map[string][]int{}
+	var vmOrder []string
+	for i := range disks {
+		d := &disks[i]
+		results[i].source = sourceOf(d)
+		switch results[i].source {
+		case SourceLibvirt:
+			lvDisks = append(lvDisks, i)
+		case SourceQMP:
+			k := vmKey(d)
+			if _, ok := vms[k]; !ok {
+				vmOrder = append(vmOrder, k)
+			}
+			vms[k] = append(vms[k], i)
+		}
+	}
+
+	var polls, errs = map[string]uint64{}, map[string]uint64{}
+	var cmu sync.Mutex
+	count := func(source string, failed bool) {
+		cmu.Lock()
+		polls[source]++
+		if failed {
+			errs[source]++
+		}
+		cmu.Unlock()
+	}
+
+	var wg sync.WaitGroup
+	if len(lvDisks) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			failed := p.readLibvirt(ctx, disks, lvDisks, results)
+			count(SourceLibvirt, failed)
+		}()
+	}
+	sem := make(chan struct{}, p.opts.MaxSessions)
+	for _, k := range vmOrder {
+		st := p.vms[k]
+		if st == nil {
+			st = &vmState{}
+			p.vms[k] = st
+		}
+		idx := vms[k]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				for _, i := range idx {
+					results[i].err = true
+				}
+				return
+			}
+			defer func() { <-sem }()
+			failed := p.readVM(ctx, st, disks, idx, results)
+			count(SourceQMP, failed)
+		}()
+	}
+	wg.Wait()
+	for k := range p.vms {
+		if _, ok := vms[k]; !ok {
+			delete(p.vms, k)
+		}
+	}
+	p.publish(disks, results, polls, errs, time.Since(start))
+}
+
+// readLibvirt fills the results of libvirt's disks from one call; true
+// when it failed.
+func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []int, results []result) bool {
+	if p.opts.Libvirt == nil {
+		for _, i := range idx {
+			results[i].err = true
+		}
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	recs, err := p.opts.Libvirt(cctx)
+	at := time.Now()
+	if err != nil {
+		for _, i := range idx {
+			results[i].err = true
+		}
+		if !p.libvirtFail {
+			p.log.Warn("guest statistics from libvirt failing", "err", err)
+		}
+		p.libvirtFail = true
+		return true
+	}
+	if p.libvirtFail {
+		p.log.Info("guest statistics from libvirt recovered")
+	}
+	p.libvirtFail = false
+	doms := parseLibvirtStats(recs)
+	for _, i := range idx {
+		d := &disks[i]
+		for j := range doms {
+			dom := &doms[j]
+			if (d.UUID != "" && dom.uuid != d.UUID) || (d.UUID == "" && dom.name != d.Domain) {
+				continue
+			}
+			if s, ok := dom.find(d.TargetDevice, d.SourceFile); ok {
+				results[i].stats, results[i].found, results[i].at = s, true, at
+			}
+			break
+		}
+	}
+	return false
+}
+
+// readVM reads one VM over QMP, trying its next socket; on failure the
+// socket after it is tried next round. True when it failed.
+func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk, idx []int, results []result) bool {
+	first := &disks[idx[0]]
+	socks := first.QMP
+	if st.next >= len(socks) {
+		st.next = 0
+	}
+	sock := socks[st.next]
+	vd := make([]*vmDisk, len(idx))
+	for j, i := range idx {
+		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	deadline, _ := cctx.Deadline()
+	err := readQMP(cctx, sock, deadline, vd, p.opts.ProcRoot, first.PID)
+	at := time.Now()
+	if err != nil {
+		for _, i := range idx {
+			results[i].err = true
+		}
+		if !st.failing {
+			p.log.Warn("guest statistics over QMP failing", "domain", first.Domain, "pid", first.PID, "socket", sock, "err", err)
+		}
+		st.failing = true
+		st.next = (st.next + 1) % len(socks)
+		return true
+	}
+	if st.failing {
+		p.log.Info("guest statistics over QMP recovered", "domain", first.Domain, "socket", sock)
+	}
+	st.failing = false
+	for j, i := range idx {
+		results[i].found, results[i].at = vd[j].found, at
+	}
+	return false
+}
+
+// publish turns a round's results into the statuses scrapes read.
+func (p *Poller) publish(disks []inventory.Disk, results []result, polls, errs map[string]uint64, took time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := make(map[diskKey]Status, len(disks))
+	for i := range disks {
+		d := &disks[i]
+		k := keyOf(d)
+		r := results[i]
+		prev, had := p.status[k]
+		s := Status{Source: r.source}
+		switch {
+		case r.source == SourceNone:
+			s.Status = noneStatus(d)
+		case r.source == SourceLibvirt && p.opts.Libvirt == nil:
+			s.Status = StatusLibvirtMonitor
+		case r.err:
+			// A failed read leaves the last values, from the same
+			// source.
+			if had && prev.Reading != nil && prev.Source == r.source {
+				s.Reading, s.Status = prev.Reading, StatusStale
+			} else {
+				s.Status = StatusUnreachable
+			}
+		case r.found:
+			s.Reading, s.Status = &Reading{Stats: r.stats, At: r.at}, StatusOK
+		default:
+			s.Status = StatusNoDevice
+		}
+		next[k] = s
+	}
+	p.status = next
+	for k, v := range polls {
+		p.stats.Polls[k] += v
+	}
+	for k, v := range errs {
+		p.stats.Errors[k] += v
+	}
+	p.stats.LastDuration = took
+	p.stats.Rounds++
+}
+
+// Sources returns the source names counted in PollStats, sorted.
+func Sources() []string {
+	s := []string{SourceLibvirt, SourceQMP}
+	slices.Sort(s)
+	return s
+}

@@ -1,0 +1,430 @@
+package guest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/fspair/fspair/exporter/discovery"
+	"github.com/fspair/fspair/exporter/inventory"
+)
+
+// fakeQMP serves the QMP protocol as QEMU does (docs/interop/qmp-spec.rst):
+// a greeting, then one reply line per command, with events sent between.
+type fakeQMP struct {
+	path  string
+	ln    net.Listener
+	hang  atomic.Bool // accept, never greet: a monitor another client holds
+	conns atomic.Int32
+	cmds  sync.Map // command -> *atomic.Int32
+
+	mu         sync.Mutex
+	blockstats []map[string]any
+	block      []map[string]any
+}
+
+func startFakeQMP(t *testing.T, dir, name string) *fakeQMP {
+	t.Helper()
+	f := &fakeQMP{path: filepath.Join(dir, name)}
+	ln, err := net.Listen("unix", f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ln = ln
+	var conns []net.Conn
+	var cmu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		cmu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		cmu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.conns.Add(1)
+			cmu.Lock()
+			conns = append(conns, c)
+			cmu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeQMP) count(cmd string) int {
+	v, _ := f.cmds.LoadOrStore(cmd, &atomic.Int32{})
+	return int(v.(*atomic.Int32).Load())
+}
+
+func (f *fakeQMP) set(blockstats, block []map[string]any) {
+	f.mu.Lock()
+	f.blockstats, f.block = blockstats, block
+	f.mu.Unlock()
+}
+
+func (f *fakeQMP) serve(c net.Conn) {
+	defer c.Close()
+	if f.hang.Load() {
+		_, _ = c.Read(make([]byte, 1)) // until the client gives up
+		return
+	}
+	enc := json.NewEncoder(c)
+	_ = enc.Encode(map[string]any{"QMP": map[string]any{"version": map[string]any{}, "capabilities": []string{"oob"}}})
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var req struct {
+			Execute string `json:"execute"`
+			ID      any    `json:"id"`
+		}
+		if json.Unmarshal(line, &req) != nil {
+			return
+		}
+		v, _ := f.cmds.LoadOrStore(req.Execute, &atomic.Int32{})
+		v.(*atomic.Int32).Add(1)
+		// An event first: clients must skip it.
+		_ = enc.Encode(map[string]any{"event": "BLOCK_IO_ERROR", "data": map[string]any{}, "timestamp": map[string]any{"seconds": 1, "microseconds": 2}})
+		f.mu.Lock()
+		var ret any
+		switch req.Execute {
+		case "qmp_capabilities":
+			ret = map[string]any{}
+		case "query-blockstats":
+			ret = f.blockstats
+		case "query-block":
+			ret = f.block
+		default:
+			f.mu.Unlock()
+			_ = enc.Encode(map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": "no " + req.Execute}, "id": req.ID})
+			continue
+		}
+		f.mu.Unlock()
+		_ = enc.Encode(map[string]any{"return": ret, "id": req.ID})
+	}
+}
+
+// qemuStats is a BlockDeviceStats object as QEMU 7.2 sends it; base
+// offsets every counter so that each one is told apart.
+func qemuStats(base uint64) map[string]any {
+	m := map[string]any{"account_invalid": true, "account_failed": true, "timed_stats": []any{}, "idle_time_ns": 5}
+	for i, name := range []string{"rd_bytes", "wr_bytes", "unmap_bytes", "zone_append_bytes", "rd_operations", "wr_operations",
+		"flush_operations", "unmap_operations", "zone_append_operations", "rd_total_time_ns", "wr_total_time_ns",
+		"flush_total_time_ns", "unmap_total_time_ns", "zone_append_total_time_ns", "wr_highest_offset", "rd_merged",
+		"wr_merged", "unmap_merged", "zone_append_merged", "failed_rd_operations", "failed_wr_operations",
+		"failed_flush_operations", "failed_unmap_operations", "failed_zone_append_operations", "invalid_rd_operations",
+		"invalid_wr_operations", "invalid_flush_operations", "invalid_unmap_operations", "invalid_zone_append_operations"} {
+		m[name] = base + uint64(i)
+	}
+	return m
+}
+
+// wantQMPStats is what Stats must hold for qemuStats(base).
+func wantQMPStats(base uint64) Stats {
+	c := func(i uint64) Counter { return set(base + i) }
+	var s Stats
+	s.Requests = [NumOps]Counter{c(4), c(5), c(6), c(7)}
+	s.Bytes = [NumOps]Counter{c(0), c(1), {}, c(2)}
+	s.Failed = [NumOps]Counter{c(19), c(20), c(21), c(22)}
+	s.Merged = [NumOps]Counter{c(15), c(16), {}, c(17)}
+	s.TimeNs = [NumOps]Counter{c(9), c(10), c(11), c(12)}
+	return s
+}
+
+type fakeInv struct {
+	mu    sync.Mutex
+	disks []inventory.Disk
+}
+
+func (f *fakeInv) Disks() []inventory.Disk {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.disks
+}
+
+func disk(domain, target, file string, pid int, source string, qmp ...string) inventory.Disk {
+	return inventory.Disk{Disk: discovery.Disk{Domain: domain, TargetDevice: target, SourceFile: file, PID: pid, Source: source, QMP: qmp}}
+}
+
+func TestPollQMP(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "hot.raw")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := startFakeQMP(t, dir, "vm1.qmp")
+	q.set([]map[string]any{
+		// -drive if=none,id=drive-vd1 -device virtio-blk-pci,id=vd1
+		{"device": "drive-vd1", "qdev": "/machine/peripheral/vd1/virtio-backend", "node-name": "#block123", "stats": qemuStats(100)},
+		// hot-plugged: blockdev-add + device_add with no id
+		{"device": "", "qdev": "/machine/peripheral-anon/device[1]/virtio-backend", "node-name": "hot0", "stats": qemuStats(200)},
+		// drive if=virtio without id: the drive name
+		{"device": "virtio0", "qdev": "/machine/peripheral-anon/device[0]/virtio-backend", "node-name": "#block9", "stats": qemuStats(300)},
+	}, []map[string]any{
+		{"device": "", "qdev": "/machine/peripheral-anon/device[1]/virtio-backend", "inserted": map[string]any{"file": img, "node-name": "hot0", "image": map[string]any{"filename": img}}},
+	})
+	inv := &fakeInv{disks: []inventory.Disk{
+		disk("vm1", "vd1", "/img/a.raw", 0, discovery.SourceQEMU, q.path),
+		disk("vm1", "", img, 0, discovery.SourceQEMU, q.path),
+		disk("vm1", "virtio0", "/img/c.raw", 0, discovery.SourceQEMU, q.path),
+		disk("vm1", "gone", "/img/d.raw", 0, discovery.SourceQEMU, q.path),
+	}}
+	p := New(inv, Options{Timeout: time.Second})
+	before := time.Now()
+	p.Poll(context.Background())
+	for i, want := range []struct {
+		status string
+		base   uint64
+	}{{StatusOK, 100}, {StatusOK, 200}, {StatusOK, 300}, {StatusNoDevice, 0}} {
+		s := p.Status(&inv.disks[i])
+		if s.Source != SourceQMP || s.Status != want.status {
+			t.Errorf("disk %d: source %s status %s, want qmp %s", i, s.Source, s.Status, want.status)
+			continue
+		}
+		if want.status != StatusOK {
+			if s.Reading != nil {
+				t.Errorf("disk %d: values without a device", i)
+			}
+			continue
+		}
+		if s.Reading == nil || s.Reading.Stats != wantQMPStats(want.base) {
+			t.Errorf("disk %d: stats %+v, want %+v", i, s.Reading, wantQMPStats(want.base))
+		} else if s.Reading.At.Before(before) {
+			t.Errorf("disk %d: reading time %v before the round", i, s.Reading.At)
+		}
+	}
+	// One session for the VM's four disks: both queries once.
+	if q.conns.Load() != 1 || q.count("query-blockstats") != 1 || q.count("query-block") != 1 {
+		t.Errorf("sessions %d, query-blockstats %d, query-block %d; want 1 each",
+			q.conns.Load(), q.count("query-blockstats"), q.count("query-block"))
+	}
+	if st := p.Stats(); st.Polls[SourceQMP] != 1 || st.Errors[SourceQMP] != 0 {
+		t.Errorf("poll stats %+v", st)
+	}
+}
+
+// TestPollQMPHangs: a monitor that accepts and never answers (another
+// client holds it) costs one Timeout, leaves the last values marked stale
+// and counts the failure; scrapes meanwhile are not held up; a VM whose
+// first socket hangs is read through its second the next round.
+func TestPollQMPHangs(t *testing.T) {
+	dir := t.TempDir()
+	q := startFakeQMP(t, dir, "a.qmp")
+	q.set([]map[string]any{{"device": "drive-vd1", "qdev": "/machine/peripheral/vd1/virtio-backend", "stats": qemuStats(7)}}, nil)
+	inv := &fakeInv{disks: []inventory.Disk{disk("vm", "vd1", "/img/a", 0, discovery.SourceQEMU, q.path)}}
+	const timeout = 300 * time.Millisecond
+	p := New(inv, Options{Timeout: timeout})
+	p.Poll(context.Background())
+	d := &inv.disks[0]
+	if s := p.Status(d); s.Status != StatusOK {
+		t.Fatalf("first round: %+v", s)
+	}
+	first := p.Status(d).Reading
+
+	q.hang.Store(true)
+	done := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		p.Poll(context.Background())
+		done <- time.Since(start)
+	}()
+	// While the round waits on the monitor, a scrape's lookup answers at once.
+	time.Sleep(timeout / 3)
+	start := time.Now()
+	_ = p.Status(d)
+	if took := time.Since(start); took > 20*time.Millisecond {
+		t.Errorf("Status took %s during a hanging round", took)
+	}
+	took := <-done
+	if took < timeout || took > timeout+time.Second {
+		t.Errorf("round with a hanging monitor took %s, want about %s", took, timeout)
+	}
+	s := p.Status(d)
+	if s.Status != StatusStale || s.Reading != first {
+		t.Errorf("after a failed read: %+v, want stale with the first reading", s)
+	}
+	if st := p.Stats(); st.Polls[SourceQMP] != 2 || st.Errors[SourceQMP] != 1 {
+		t.Errorf("poll stats %+v, want 2 polls 1 error", st)
+	}
+
+	// A disk never read that hangs: unreachable, no values.
+	inv.mu.Lock()
+	inv.disks = append(inv.disks, disk("vm2", "vd1", "/img/b", 0, discovery.SourceQEMU, q.path))
+	inv.mu.Unlock()
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[1]); s.Status != StatusUnreachable || s.Reading != nil {
+		t.Errorf("never read: %+v", s)
+	}
+
+	// Two sockets, the first held: the next round uses the second.
+	q2 := startFakeQMP(t, dir, "b.qmp")
+	q2.set([]map[string]any{{"device": "drive-vd1", "qdev": "/machine/peripheral/vd1/virtio-backend", "stats": qemuStats(9)}}, nil)
+	inv.mu.Lock()
+	inv.disks = []inventory.Disk{disk("vm3", "vd1", "/img/c", 0, discovery.SourceQEMU, q.path, q2.path)}
+	inv.mu.Unlock()
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusUnreachable {
+		t.Errorf("round on the held socket: %+v", s)
+	}
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Reading.Stats != wantQMPStats(9) {
+		t.Errorf("round on the second socket: %+v", s)
+	}
+}
+
+func TestPollQMPErrors(t *testing.T) {
+	dir := t.TempDir()
+	// Not QMP: a socket that greets with something else.
+	ln, err := net.Listen("unix", filepath.Join(dir, "other.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH\r\n"))
+			c.Close()
+		}
+	}()
+	inv := &fakeInv{disks: []inventory.Disk{
+		disk("a", "vd1", "/img/a", 0, discovery.SourceQEMU, filepath.Join(dir, "other.sock")),
+		disk("b", "vd1", "/img/b", 0, discovery.SourceQEMU, filepath.Join(dir, "missing.sock")),
+		disk("c", "vd1", "/img/c", 0, discovery.SourceQEMU, "/"+string(make([]byte, 200))),
+	}}
+	p := New(inv, Options{Timeout: time.Second})
+	p.Poll(context.Background())
+	for i := range inv.disks {
+		if s := p.Status(&inv.disks[i]); s.Status != StatusUnreachable || s.Reading != nil {
+			t.Errorf("disk %d: %+v", i, s)
+		}
+	}
+	if st := p.Stats(); st.Errors[SourceQMP] != 3 {
+		t.Errorf("errors %+v, want 3", st.Errors)
+	}
+}
+
+func typed(field string, v any) libvirt.TypedParam {
+	d := map[string]uint32{"uint64": 4, "string": 7}
+	switch v.(type) {
+	case uint64:
+		return libvirt.TypedParam{Field: field, Value: libvirt.TypedParamValue{D: d["uint64"], I: v}}
+	default:
+		return libvirt.TypedParam{Field: field, Value: libvirt.TypedParamValue{D: d["string"], I: v}}
+	}
+}
+
+func TestPollLibvirt(t *testing.T) {
+	uuid := libvirt.UUID{0x8f, 0x4b, 0x2c, 0x1e, 0x5d, 0x3a, 0x4e, 0x6f, 0x9a, 0x8b, 0x7c, 0x6d, 0x5e, 0x4f, 0x3a, 0x2b}
+	recs := []libvirt.DomainStatsRecord{{
+		Dom: libvirt.Domain{Name: "web01", UUID: uuid},
+		Params: []libvirt.TypedParam{
+			typed("block.count", uint64(2)),
+			typed("block.0.name", "vda"), typed("block.0.path", "/img/web01.qcow2"),
+			typed("block.0.rd.reqs", uint64(12485)), typed("block.0.rd.bytes", uint64(51136000)), typed("block.0.rd.times", uint64(2115621682)),
+			typed("block.0.wr.reqs", uint64(13847)), typed("block.0.wr.bytes", uint64(94490624)), typed("block.0.wr.times", uint64(2724809085)),
+			typed("block.0.fl.reqs", uint64(43502)), typed("block.0.fl.times", uint64(19865032883)),
+			typed("block.0.allocation", uint64(7012352)), typed("block.0.capacity", uint64(536870912)),
+			typed("block.1.name", "vdb"), typed("block.1.path", "/img/web01-data.raw"),
+			typed("block.1.rd.reqs", uint64(1)),
+		},
+	}}
+	var calls atomic.Int32
+	var fail atomic.Bool
+	lv := func(ctx context.Context) ([]libvirt.DomainStatsRecord, error) {
+		calls.Add(1)
+		if fail.Load() {
+			return nil, errors.New("libvirt at /run/libvirt-sock-ro: no answer")
+		}
+		return recs, nil
+	}
+	web := func(target, file string) inventory.Disk {
+		d := disk("web01", target, file, 4242, discovery.SourceLibvirt)
+		d.UUID = "8f4b2c1e-5d3a-4e6f-9a8b-7c6d5e4f3a2b"
+		return d
+	}
+	inv := &fakeInv{disks: []inventory.Disk{
+		web("vda", "/img/web01.qcow2"),
+		web("sdz", "/img/web01-data.raw"), // matched by path
+		web("vdq", "/img/none.raw"),
+		disk("plain", "vd1", "/img/p", 1, discovery.SourceQEMU),
+		func() inventory.Disk {
+			d := disk("lvproc", "virtio-disk0", "/img/q", 2, discovery.SourceQEMU)
+			d.QMPNote = discovery.QMPNoteLibvirt
+			return d
+		}(),
+		func() inventory.Disk {
+			d := disk("noflag", "vd1", "/img/r", 3, discovery.SourceQEMU)
+			d.QMPNote = discovery.QMPNoteNotAllowed
+			return d
+		}(),
+	}}
+	p := New(inv, Options{Libvirt: lv})
+	// Before the first round: no values, and the reason where there is no source.
+	if s := p.Status(&inv.disks[0]); s.Source != SourceLibvirt || s.Status != StatusUnreachable || s.Reading != nil {
+		t.Errorf("vda before a round: %+v", s)
+	}
+	if s := p.Status(&inv.disks[5]); s.Source != SourceNone || s.Status != StatusNotAllowed {
+		t.Errorf("noflag before a round: %+v", s)
+	}
+	p.Poll(context.Background())
+	if calls.Load() != 1 {
+		t.Errorf("libvirt called %d times in a round, want once", calls.Load())
+	}
+	var want Stats
+	want.Requests = [NumOps]Counter{set(12485), set(13847), set(43502), {}}
+	want.Bytes = [NumOps]Counter{set(51136000), set(94490624), {}, {}}
+	want.TimeNs = [NumOps]Counter{set(2115621682), set(2724809085), set(19865032883), {}}
+	s := p.Status(&inv.disks[0])
+	if s.Source != SourceLibvirt || s.Status != StatusOK || s.Reading.Stats != want {
+		t.Errorf("vda: %+v, want %+v", s, want)
+	}
+	var wantB Stats
+	wantB.Requests[OpRead] = set(1)
+	if s := p.Status(&inv.disks[1]); s.Status != StatusOK || s.Reading.Stats != wantB {
+		t.Errorf("by path: %+v", s)
+	}
+	for i, w := range []struct{ source, status string }{
+		{SourceLibvirt, StatusNoDevice}, {SourceNone, StatusNoMonitor}, {SourceNone, StatusLibvirtMonitor}, {SourceNone, StatusNotAllowed},
+	} {
+		if s := p.Status(&inv.disks[2+i]); s.Source != w.source || s.Status != w.status || s.Reading != nil {
+			t.Errorf("disk %d: %+v, want %s %s", 2+i, s, w.source, w.status)
+		}
+	}
+	fail.Store(true)
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusStale || s.Reading.Stats != want {
+		t.Errorf("libvirt failing: %+v", s)
+	}
+	if st := p.Stats(); st.Polls[SourceLibvirt] != 2 || st.Errors[SourceLibvirt] != 1 {
+		t.Errorf("poll stats %+v", st)
+	}
+
+	// Without the libvirt source, libvirt's disks have no guest side.
+	p = New(inv, Options{})
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusLibvirtMonitor || s.Reading != nil {
+		t.Errorf("no libvirt source: %+v", s)
+	}
+}
