@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fspair/fspair/tests/lab"
+)
+
+// guestConfig is one matrix guest: the kernel is the lab's kit.
+type guestConfig struct {
+	FS       []string // file systems to make and mount at /mnt/<fs>
+	FSMiB    int      // size of each
+	CPUs     int
+	MemMiB   int
+	HostCPUs string // taskset list QEMU is pinned to; empty: not pinned
+	Data     lab.DiskConfig
+}
+
+// Guest is a booted matrix guest with its file systems and the data disk
+// mounted, tracefs mounted and BTF present.
+type Guest struct {
+	VM      *lab.VM
+	Release string // uname -r
+}
+
+// fsSerial is the virtio serial of the disk holding file system fs.
+func fsSerial(fs string) string { return "fs-" + fs }
+
+// mountPoint is where the guest mounts file system fs.
+func mountPoint(fs string) string { return "/mnt/" + fs }
+
+// bootGuest makes the file systems on image files (mkfs on the files, no
+// host mount), boots a guest with them and the data disk, and mounts
+// everything. It fails loudly when the kernel has no BTF or the static
+// binaries do not run.
+func bootGuest(ctx context.Context, l *lab.Lab, cfg guestConfig) (*Guest, error) {
+	disks := []lab.DiskConfig{cfg.Data}
+	for _, fs := range cfg.FS {
+		img := filepath.Join(l.Dir, fsSerial(fs)+".raw")
+		l.Stage("make %s on %s (%d MiB)", fs, img, cfg.FSMiB)
+		if err := lab.MakeImage(ctx, img, "raw", fs, cfg.FSMiB); err != nil {
+			return nil, err
+		}
+		// unsafe: the guest's flushes need not reach the host's disk;
+		// what is measured is inside the guest.
+		disks = append(disks, lab.DiskConfig{ID: fsSerial(fs), File: img, Format: "raw", Cache: "unsafe"})
+	}
+	vm, err := l.StartVM(ctx, lab.VMConfig{
+		CPUs: cfg.CPUs, MemMiB: cfg.MemMiB, Disks: disks, HostCPUs: cfg.HostCPUs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := &Guest{VM: vm}
+	var sh strings.Builder
+	sh.WriteString("set -e\n")
+	for _, d := range disks {
+		dev, err := vm.GuestDevice(ctx, d.ID)
+		if err != nil {
+			return nil, err
+		}
+		if d.ID == dataSerial {
+			fmt.Fprintf(&sh, "mkdir -p %s\nmount -t ext4 -o ro /dev/%s %s\n", guestRoot, dev, guestRoot)
+			continue
+		}
+		fs := strings.TrimPrefix(d.ID, "fs-")
+		fmt.Fprintf(&sh, "mkdir -p %s\nmount -t %s /dev/%s %s\n", mountPoint(fs), fs, dev, mountPoint(fs))
+	}
+	// The exporter mounts tracefs itself when it is missing; mounting it
+	// here makes the runs' starting point the same for every mode.
+	sh.WriteString("[ -d /sys/kernel/tracing/events ] || mount -t tracefs tracefs /sys/kernel/tracing\n")
+	// libbpf-tools look for tracepoints under debugfs too.
+	sh.WriteString("grep -q ' /sys/kernel/debug ' /proc/mounts || mount -t debugfs debugfs /sys/kernel/debug\n")
+	if _, err := vm.RunOK(ctx, sh.String()); err != nil {
+		return nil, fmt.Errorf("mount the guest's disks: %w", err)
+	}
+	out, err := vm.RunOK(ctx, "uname -r")
+	if err != nil {
+		return nil, err
+	}
+	g.Release = strings.TrimSpace(out)
+	if _, rc, err := vm.Run(ctx, "test -r /sys/kernel/btf/vmlinux"); err != nil || rc != 0 {
+		return nil, errors.Join(fmt.Errorf("kernel %s has no /sys/kernel/btf/vmlinux: the exporter needs BTF (CONFIG_DEBUG_INFO_BTF)", g.Release), err)
+	}
+	// The binaries are static (checked on the host); this proves they run
+	// on the busybox guest with its kernel.
+	for _, cmd := range []string{guestPath(exporterBin) + " --version", guestPath(probeTestBin) + " -test.list ."} {
+		if out, err := vm.RunOK(ctx, cmd+" 2>&1"); err != nil {
+			return nil, fmt.Errorf("static binary does not run in the guest: %w", err)
+		} else if strings.TrimSpace(out) == "" {
+			return nil, fmt.Errorf("%s printed nothing in the guest", cmd)
+		}
+	}
+	return g, nil
+}
+
+// exporterPort is where the exporter listens inside the guest.
+const exporterPort = 9477
+
+// metricsURL is the exporter's metrics address inside the guest.
+var metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", exporterPort)
+
+// guestExporter is a fspair_exporter running in the guest.
+type guestExporter struct {
+	g        *Guest
+	StartUp  time.Duration // from exec to /metrics listing every disk
+	programs []Program     // fspair_probe_attached at the first reading
+}
+
+// Files in the guest's /tmp (a tmpfs) for the exporter's pid and log.
+const (
+	exporterPid = "/tmp/fspair_exporter.pid"
+	exporterLog = "/tmp/fspair_exporter.log"
+)
+
+// exporterArgs is the exporter's command line for a static configuration
+// and a probe mode ("current" passes no mode flag). kingpin's boolean flags
+// take no value: --no-discovery.libvirt, not --discovery.libvirt=false.
+func exporterArgs(config, mode string) []string {
+	args := []string{
+		guestPath(exporterBin),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort),
+		"--no-discovery.libvirt", "--no-discovery.proc",
+		"--discovery.config.file=" + config,
+		"--discovery.interval=1s",
+	}
+	if mode != modeCurrent {
+		args = append(args, "--probe.mode="+mode)
+	}
+	return args
+}
+
+// startExporter starts the exporter with the configuration config (a path
+// in the guest) and waits until /metrics lists every one of files as a
+// disk. A start that fails returns the exporter's log in the error.
+func (g *Guest) startExporter(ctx context.Context, config, mode string, files []string, timeout time.Duration) (*guestExporter, error) {
+	var sh strings.Builder
+	fmt.Fprintf(&sh, "rm -f %s\n%s </dev/null >%s 2>&1 &\necho $! >%s\n", exporterLog,
+		strings.Join(exporterArgs(config, mode), " "), exporterLog, exporterPid)
+	fmt.Fprintf(&sh, "pid=$(cat %s)\nend=$(( $(date +%%s) + %d ))\n", exporterPid, int(timeout.Seconds()))
+	sh.WriteString("while :; do\n")
+	fmt.Fprintf(&sh, "\tif ! kill -0 $pid 2>/dev/null; then echo 'fspair_exporter exited:'; cat %s; exit 3; fi\n", exporterLog)
+	fmt.Fprintf(&sh, "\tm=$(wget -qO- %s 2>/dev/null | grep '^fspair_disk_info{') || m=\n", metricsURL)
+	sh.WriteString("\tok=1\n")
+	for _, f := range files {
+		fmt.Fprintf(&sh, "\tcase \"$m\" in *'source_file=\"%s\"'*) ;; *) ok=0 ;; esac\n", f)
+	}
+	sh.WriteString("\t[ $ok = 1 ] && exit 0\n")
+	fmt.Fprintf(&sh, "\tif [ $(date +%%s) -ge $end ]; then echo 'fspair_exporter did not list the disks in %s:'; cat %s; exit 4; fi\n", timeout, exporterLog)
+	sh.WriteString("\tsleep 0.2\ndone\n")
+	start := time.Now()
+	if _, err := g.VM.RunOK(ctx, sh.String()); err != nil {
+		// Whatever the reason, no exporter is left behind.
+		_, _ = g.stopExporter(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("start the exporter (%s): %w", mode, err)
+	}
+	return &guestExporter{g: g, StartUp: time.Since(start)}, nil
+}
+
+// counterFamilies are the metric families a reading keeps.
+var counterFamilies = []string{"fspair_disk_requests_total", "fspair_disk_bytes_total", "fspair_disk_unfollowed", "fspair_probe_attached"}
+
+// read scrapes the exporter in the guest and returns the families the
+// matrix compares.
+func (e *guestExporter) read(ctx context.Context) (Reading, error) {
+	out, err := e.g.VM.RunOK(ctx, fmt.Sprintf("wget -qO- %s | grep -E '^(%s)[{ ]'", metricsURL, strings.Join(counterFamilies, "|")))
+	if err != nil {
+		return Reading{}, fmt.Errorf("scrape the exporter in the guest: %w", err)
+	}
+	return parseReading([]byte(out))
+}
+
+// stop stops the exporter and returns its log.
+func (e *guestExporter) stop(ctx context.Context) (string, error) {
+	return e.g.stopExporter(ctx)
+}
+
+// stopExporter stops the exporter started last (SIGTERM, SIGKILL after 10
+// seconds) and returns its log.
+func (g *Guest) stopExporter(ctx context.Context) (string, error) {
+	sh := fmt.Sprintf(`pid=$(cat %[1]s 2>/dev/null) || { cat %[2]s 2>/dev/null; exit 0; }
+kill $pid 2>/dev/null
+i=0
+while kill -0 $pid 2>/dev/null; do
+	i=$((i+1))
+	if [ $i = 100 ]; then echo "fspair_exporter did not stop in 10 s: killed" >>%[2]s; kill -9 $pid; fi
+	sleep 0.1
+done
+rm -f %[1]s
+cat %[2]s`, exporterPid, exporterLog)
+	out, err := g.VM.RunOK(ctx, sh)
+	if err != nil {
+		return "", fmt.Errorf("stop the exporter in the guest: %w", err)
+	}
+	return out, nil
+}
+
+// layOut writes the fio data file (sizeMiB of zeros) and syncs, before any
+// exporter tracks it, so fio finds it complete and lays nothing out.
+func (g *Guest) layOut(ctx context.Context, file string, sizeMiB int) error {
+	_, err := g.VM.RunOK(ctx, fmt.Sprintf("rm -f %[1]s && dd if=/dev/zero of=%[1]s bs=1M count=%[2]d 2>&1 && sync", file, sizeMiB))
+	if err != nil {
+		return fmt.Errorf("lay out %s: %w", file, err)
+	}
+	return nil
+}
+
+// ProbeRun is one run of exporter/probe's test binary in a guest.
+type ProbeRun struct {
+	FS     string
+	Passed bool
+	Failed []string // failing tests (subtests as Parent/Sub)
+	// Messages are the first lines each failing test logged.
+	Messages map[string][]string `json:",omitempty"`
+	Error    string              `json:",omitempty"` // when the binary could not be run or ended without a verdict
+	Tail     string              `json:",omitempty"` // the output's last lines when it failed
+	Output   string              `json:"-"`          // all of it, saved beside the results
+	Seconds  float64
+}
+
+// runProbeTests runs the probe test binary with TMPDIR on file system fs
+// and FSPAIR_PROBE_MODE=mode (which the probe tests read once the new data
+// path lands), with the bundled mkfs and losetup on PATH.
+func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, timeout time.Duration) ProbeRun {
+	start := time.Now()
+	run := ProbeRun{FS: fs}
+	sh := fmt.Sprintf(". %s\ncd /tmp\nTMPDIR=%s FSPAIR_PROBE_MODE=%s %s -test.v -test.count=1 -test.timeout=%s 2>&1\necho \"@@probe.test exit $?\"",
+		guestPath(envFile), mountPoint(fs), mode, guestPath(probeTestBin), timeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+	out, err := g.VM.RunOK(rctx, sh)
+	run.Seconds = time.Since(start).Seconds()
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	body, rc, ok := strings.Cut(out, "@@probe.test exit ")
+	code, cerr := strconv.Atoi(strings.TrimSpace(rc))
+	if !ok || cerr != nil {
+		run.Error = "probe.test output has no exit status"
+		run.Tail = tail(out, 30)
+		return run
+	}
+	run.Output = body
+	v := parseTestOutput(body)
+	run.Failed, run.Messages = v.Failed, v.Messages
+	run.Passed = code == 0 && v.Pass && len(v.Failed) == 0
+	if !run.Passed {
+		if len(v.Failed) == 0 {
+			run.Error = fmt.Sprintf("probe.test exited %d without a failing test (panic, timeout or build problem)", code)
+		}
+		run.Tail = tail(body, 30)
+	}
+	return run
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
