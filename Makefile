@@ -17,7 +17,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix report validate kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -100,6 +100,10 @@ MATRIX_MODES ?=
 MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./tests/matrix run $(if $(MATRIX_MODES),-modes '$(MATRIX_MODES)') $(MATRIX_FLAGS)
+
+# For running tests/matrix by hand: FSPAIR_MATRIX_KERNELS="$$(make -s print-matrix-kernels)".
+print-matrix-kernels:
+	@echo $(MATRIX_KERNELS)
 
 # k6 (pinned, built by scripts/k6.sh): a web service in a lab VM under load with
 # k6's metrics in the same Prometheus, 200 scrapers on /metrics, and the

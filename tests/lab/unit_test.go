@@ -419,7 +419,33 @@ func TestLock(t *testing.T) {
 	if len(logged) != 1 || !strings.Contains(logged[0], "waiting for the lab lock") {
 		t.Errorf("logged %q", logged)
 	}
+	// A waiter gets the lock when the holder lets go, without polling.
+	type result struct {
+		unlock func()
+		err    error
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		u, err := Lock(context.Background(), path, func(string, ...any) {})
+		waiter <- result{u, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
 	unlock()
+	w := <-waiter
+	if w.err != nil {
+		t.Fatalf("waiter: %v", w.err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Errorf("waiter got the lock %s after its release", d)
+	}
+	// The waiter given up above must have let go of the lock too.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	if _, err := Lock(ctx2, path, logf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("lock while the waiter holds it: %v", err)
+	}
+	w.unlock()
 	unlock2, err := Lock(context.Background(), path, logf)
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)

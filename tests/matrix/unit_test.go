@@ -342,3 +342,62 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchHelpers(t *testing.T) {
+	v := []string{"none", "current", "libbpf-tools"}
+	if got := rotate(v, 1); !reflect.DeepEqual(got, []string{"current", "libbpf-tools", "none"}) {
+		t.Errorf("rotate 1: %q", got)
+	}
+	if got := rotate(v, 3); !reflect.DeepEqual(got, v) || &got[0] == &v[0] {
+		t.Errorf("rotate 3: %q (a copy of the input)", got)
+	}
+	if m := median([]float64{5, 1, 3}); m != 3 {
+		t.Errorf("median odd: %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median even: %v", m)
+	}
+	if m := median(nil); m != 0 {
+		t.Errorf("median of nothing: %v", m)
+	}
+}
+
+func TestBenchOptions(t *testing.T) {
+	t.Setenv("FSPAIR_MATRIX_KERNELS", "linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64")
+	o, err := parseBenchOptions([]string{"-variants", "none,current,libbpf-tools", "-host-cpu", "0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Kernel != "linux-image-6.1.0-56-cloud-amd64" || o.Rounds != 5 || o.Runtime != 10*time.Second || o.Out != "bench/results-kernel.txt" {
+		t.Errorf("options: %+v", o)
+	}
+	for _, bad := range [][]string{{"-variants", "current"}, {"-rounds", "0"}, {"-host-cpu", "0-1"}, {"-kernel", ""}} {
+		if _, err := parseBenchOptions(bad, os.Stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestBenchText(t *testing.T) {
+	r := &BenchResult{
+		Options: BenchOptions{Kernel: "k", Variants: []string{"none", "current"}, Rounds: 2, Runtime: 10 * time.Second, GetppidCalls: 1000, HostCPU: "1", MemMiB: 2048},
+		Release: "6.1.0-56-cloud-amd64",
+		Samples: map[string]map[string][]float64{
+			"none":    {"randwrite-cached": {1000, 1200}, "randread-cached": {2000, 2000}, "randread-direct": {500, 500}, "getppid": {100, 110}},
+			"current": {"randwrite-cached": {900, 1300}, "randread-cached": {1000, 1000}, "randread-direct": {400, 400}, "getppid": {210, 210}},
+		},
+		Order: [][]string{{"none", "current"}, {"current", "none"}},
+	}
+	text := r.Text()
+	for _, want := range []string{
+		"| variant | 4 KiB random writes into the page cache IOPS | ratio | 4 KiB random reads from the page cache IOPS | ratio | 4 KiB random reads, O_DIRECT IOPS | ratio | getppid ns/call | ratio |",
+		"| none | 1100 | 1.000 | 2000 | 1.000 | 500 | 1.000 | 105.0 | 1.000 |",
+		"| current | 1100 | 1.000 | 1000 | 0.500 | 400 | 0.800 | 210.0 | 2.000 |",
+		"# round 2 order: current none",
+		"# samples current getppid: 210.0 210.0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("results lack %q:\n%s", want, text)
+		}
+	}
+}
