@@ -389,11 +389,11 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(%v)\n", err)
 	}
-	return tailString(string(b), n) + "\n"
+	return Tail(string(b), n) + "\n"
 }
 
-// tailString returns the last n lines of s.
-func tailString(s string, n int) string {
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

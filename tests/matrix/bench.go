@@ -138,12 +138,8 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseBenchOptions(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "matrix bench: %v\n", err)
-		return 2
+	if code, done := flagExit(err, stderr, "matrix bench"); done {
+		return code
 	}
 	res, err := RunBench(ctx, o, stderr)
 	if err != nil {

@@ -120,15 +120,16 @@ const (
 )
 
 // exporterArgs is the exporter's command line for a static configuration
-// and a probe mode ("current" passes no mode flag). kingpin's boolean flags
-// take no value: --no-discovery.libvirt, not --discovery.libvirt=false.
+// and a probe mode ("current" passes no mode flag), otherwise with the
+// defaults a site runs (the first discovery round runs before /metrics is
+// served). kingpin's boolean flags take no value: --no-discovery.libvirt,
+// not --discovery.libvirt=false.
 func exporterArgs(config, mode string) []string {
 	args := []string{
 		guestPath(exporterBin),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort),
 		"--no-discovery.libvirt", "--no-discovery.proc",
 		"--discovery.config.file=" + config,
-		"--discovery.interval=1s",
 	}
 	if mode != modeCurrent {
 		args = append(args, "--probe.mode="+mode)
@@ -244,7 +245,7 @@ func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, timeout time
 	code, cerr := strconv.Atoi(strings.TrimSpace(rc))
 	if !ok || cerr != nil {
 		run.Error = "probe.test output has no exit status"
-		run.Tail = tail(out, 30)
+		run.Tail = lab.Tail(out, 30)
 		return run
 	}
 	run.Output = body
@@ -255,16 +256,7 @@ func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, timeout time
 		if len(v.Failed) == 0 {
 			run.Error = fmt.Sprintf("probe.test exited %d without a failing test (panic, timeout or build problem)", code)
 		}
-		run.Tail = tail(body, 30)
+		run.Tail = lab.Tail(body, 30)
 	}
 	return run
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

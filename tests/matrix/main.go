@@ -119,12 +119,8 @@ func quoteArgs(args []string) []string {
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseOptions(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "matrix: %v\n", err)
-		return 2
+	if code, done := flagExit(err, stderr, "matrix"); done {
+		return code
 	}
 	res, err := RunMatrix(ctx, o, stderr)
 	if res != nil {
@@ -147,4 +143,19 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagExit turns a flag parse's error into the exit status to end with:
+// 0 after -h, 2 with the message for bad flags; done is false when the
+// flags are good.
+func flagExit(err error, stderr io.Writer, prefix string) (code int, done bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return 2, true
+	}
 }

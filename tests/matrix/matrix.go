@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -477,7 +478,7 @@ func (e *guestExporter) notePrograms(r Reading) {
 		return
 	}
 	e.programs = []Program{}
-	for _, name := range sortedKeys(r.Attached) {
+	for _, name := range slices.Sorted(maps.Keys(r.Attached)) {
 		e.programs = append(e.programs, Program{Name: name, Attached: r.Attached[name]})
 	}
 }

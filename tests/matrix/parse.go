@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -42,17 +41,7 @@ func parseReading(text []byte) (Reading, error) {
 	}
 	r := Reading{Requests: map[fileOp]float64{}, Bytes: map[fileOp]float64{}, Attached: map[string]bool{}}
 	each := func(name string, fn func(labels map[string]string, v float64)) {
-		f := fams[name]
-		if f == nil {
-			return
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			fn(labels, value(m))
-		}
+		workload.EachSeries(fams, name, func(l map[string]string, m *dto.Metric) { fn(l, value(m)) })
 	}
 	each("fspair_disk_requests_total", func(l map[string]string, v float64) { r.Requests[fileOp{l["source_file"], l["op"]}] += v })
 	each("fspair_disk_bytes_total", func(l map[string]string, v float64) { r.Bytes[fileOp{l["source_file"], l["op"]}] += v })
@@ -201,16 +190,6 @@ func parseTestOutput(out string) testVerdict {
 		}
 	}
 	return v
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // prefixLog prefixes every line written to it (the lab's progress lines,
