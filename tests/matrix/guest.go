@@ -225,38 +225,94 @@ type ProbeRun struct {
 	Seconds  float64
 }
 
+// Markers the probe test run's guest script prints.
+const (
+	probeExitMarker = "@@probe.test exit "
+	probeHungMarker = "@@probe.test hung"
+)
+
 // runProbeTests runs the probe test binary with TMPDIR on file system fs
 // and FSPAIR_PROBE_MODE=mode (which the probe tests read once the new data
-// path lands), with the bundled mkfs and losetup on PATH.
+// path lands), with the bundled mkfs and losetup on PATH. It runs in the
+// background of the guest, its output in a file: a test stuck in the
+// kernel (a thread in uninterruptible sleep outlives -test.timeout's panic)
+// is then reported with the test it was in, its threads' kernel stacks and
+// the kernel log's tail, instead of losing the output with the command.
 func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, timeout time.Duration) ProbeRun {
 	start := time.Now()
 	run := ProbeRun{FS: fs}
-	sh := fmt.Sprintf(". %s\ncd /tmp\nTMPDIR=%s FSPAIR_PROBE_MODE=%s %s -test.v -test.count=1 -test.timeout=%s 2>&1\necho \"@@probe.test exit $?\"",
-		guestPath(envFile), mountPoint(fs), mode, guestPath(probeTestBin), timeout)
-	rctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	out := "/tmp/probe-" + fs + ".out"
+	grace := 30 * time.Second
+	sh := fmt.Sprintf(`. %[1]s
+cd /tmp
+rm -f %[2]s
+( TMPDIR=%[3]s FSPAIR_PROBE_MODE=%[4]s %[5]s -test.v -test.count=1 -test.timeout=%[6]s >%[2]s 2>&1; echo "%[7]s$?" >>%[2]s ) </dev/null >/dev/null 2>&1 &
+end=$(( $(date +%%s) + %[8]d ))
+while ! grep -q '^%[7]s' %[2]s 2>/dev/null; do
+	if [ $(date +%%s) -ge $end ]; then
+		echo "%[9]s"
+		for p in $(pidof probe.test); do
+			for t in /proc/$p/task/*; do
+				echo "thread ${t##*/} $(cat $t/comm) in $(cat $t/wchan 2>/dev/null)"
+				cat $t/stack 2>/dev/null
+			done
+		done
+		echo "kernel log:"
+		dmesg | tail -40
+		kill -9 $(pidof probe.test) 2>/dev/null
+		echo "%[9]s end"
+		break
+	fi
+	sleep 1
+done
+cat %[2]s
+`, guestPath(envFile), out, mountPoint(fs), mode, guestPath(probeTestBin), timeout, probeExitMarker,
+		int((timeout + grace).Seconds()), probeHungMarker)
+	rctx, cancel := context.WithTimeout(ctx, timeout+grace+2*time.Minute)
 	defer cancel()
-	out, err := g.VM.RunOK(rctx, sh)
+	text, err := g.VM.RunOK(rctx, sh)
 	run.Seconds = time.Since(start).Seconds()
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
-	body, rc, ok := strings.Cut(out, "@@probe.test exit ")
-	code, cerr := strconv.Atoi(strings.TrimSpace(rc))
-	if !ok || cerr != nil {
-		run.Error = "probe.test output has no exit status"
-		run.Tail = lab.Tail(out, 30)
-		return run
+	diag, text := "", text
+	if d, rest, ok := strings.Cut(text, probeHungMarker+" end\n"); ok {
+		diag, text = strings.TrimPrefix(d, probeHungMarker+"\n"), rest
 	}
+	body, rc, ok := strings.Cut(text, probeExitMarker)
 	run.Output = body
 	v := parseTestOutput(body)
 	run.Failed, run.Messages = v.Failed, v.Messages
+	code, cerr := strconv.Atoi(strings.TrimSpace(rc))
+	switch {
+	case diag != "":
+		run.Error = fmt.Sprintf("probe.test did not end within %s (-test.timeout %s); it was in %s", timeout+grace, timeout, lastRun(body))
+		run.Tail = diag + "\n--- output, last lines:\n" + lab.Tail(body, 20)
+		run.Output = body + "\n--- the run did not end:\n" + diag
+		return run
+	case !ok || cerr != nil:
+		run.Error = "probe.test output has no exit status"
+		run.Tail = lab.Tail(text, 30)
+		return run
+	}
 	run.Passed = code == 0 && v.Pass && len(v.Failed) == 0
 	if !run.Passed {
 		if len(v.Failed) == 0 {
-			run.Error = fmt.Sprintf("probe.test exited %d without a failing test (panic, timeout or build problem)", code)
+			run.Error = fmt.Sprintf("probe.test exited %d without a failing test (panic, timeout or build problem); it was in %s", code, lastRun(body))
 		}
 		run.Tail = lab.Tail(body, 30)
 	}
 	return run
+}
+
+// lastRun names the test a -test.v output started last.
+func lastRun(out string) string {
+	name := "no test yet"
+	for _, line := range strings.Split(out, "\n") {
+		if m := runLine.FindStringSubmatch(line); m != nil {
+			name = m[1]
+		}
+	}
+	return name
 }

@@ -36,7 +36,7 @@ const (
 
 // probeTools are the host programs exporter/probe's tests run (they make
 // file systems on loop devices); busybox has losetup, but not --show.
-var probeTools = []string{"mkfs.ext4", "mkfs.xfs", "mkfs.btrfs", "losetup"}
+var probeTools = []string{"mkfs.ext4", "mkfs.xfs", "mkfs.btrfs", "btrfs", "losetup"}
 
 // benchTools are libbpf-tools' programs the overhead bench runs beside the
 // workloads (Debian's libbpf-tools package).
