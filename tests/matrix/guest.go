@@ -276,7 +276,15 @@ cat %[2]s
 		run.Error = err.Error()
 		return run
 	}
-	diag, text := "", text
+	probeResult(&run, text, timeout, grace)
+	return run
+}
+
+// probeResult fills run from the guest script's output: the probe test
+// binary's -test.v output and its exit marker, after the diagnostics of a
+// run that did not end when there are some.
+func probeResult(run *ProbeRun, text string, timeout, grace time.Duration) {
+	diag := ""
 	if d, rest, ok := strings.Cut(text, probeHungMarker+" end\n"); ok {
 		diag, text = strings.TrimPrefix(d, probeHungMarker+"\n"), rest
 	}
@@ -290,11 +298,11 @@ cat %[2]s
 		run.Error = fmt.Sprintf("probe.test did not end within %s (-test.timeout %s); it was in %s", timeout+grace, timeout, lastRun(body))
 		run.Tail = diag + "\n--- output, last lines:\n" + lab.Tail(body, 20)
 		run.Output = body + "\n--- the run did not end:\n" + diag
-		return run
+		return
 	case !ok || cerr != nil:
 		run.Error = "probe.test output has no exit status"
 		run.Tail = lab.Tail(text, 30)
-		return run
+		return
 	}
 	run.Passed = code == 0 && v.Pass && len(v.Failed) == 0
 	if !run.Passed {
@@ -303,7 +311,6 @@ cat %[2]s
 		}
 		run.Tail = lab.Tail(body, 30)
 	}
-	return run
 }
 
 // lastRun names the test a -test.v output started last.

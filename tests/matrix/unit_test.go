@@ -401,3 +401,35 @@ func TestBenchText(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeResult(t *testing.T) {
+	pass := "=== RUN   TestA\n--- PASS: TestA (1.00s)\nPASS\n"
+	var r ProbeRun
+	probeResult(&r, pass+probeExitMarker+"0\n", time.Minute, time.Second)
+	if !r.Passed || r.Error != "" || len(r.Failed) != 0 {
+		t.Errorf("passing run: %+v", r)
+	}
+	r = ProbeRun{}
+	probeResult(&r, "=== RUN   TestA\n    a_test.go:1: no\n--- FAIL: TestA (1.00s)\nFAIL\n"+probeExitMarker+"1\n", time.Minute, time.Second)
+	if r.Passed || r.Error != "" || !reflect.DeepEqual(r.Failed, []string{"TestA"}) {
+		t.Errorf("failing run: %+v", r)
+	}
+	r = ProbeRun{}
+	probeResult(&r, "panic: test timed out after 1m0s\n\trunning tests:\n"+probeExitMarker+"2\n", time.Minute, time.Second)
+	if r.Passed || !strings.Contains(r.Error, "exited 2 without a failing test") {
+		t.Errorf("panicked run: %+v", r)
+	}
+	r = ProbeRun{}
+	hung := probeHungMarker + "\nthread 42 probe.test in io_schedule\n[<0>] folio_wait_bit\nkernel log:\nINFO: task probe.test blocked\n" +
+		probeHungMarker + " end\n=== RUN   TestA\n--- PASS: TestA (1.00s)\n=== RUN   TestCacheAndFlushCost\n=== RUN   TestCacheAndFlushCost/ext4\n"
+	probeResult(&r, hung, time.Minute, 30*time.Second)
+	if r.Passed || !strings.Contains(r.Error, "did not end within 1m30s") || !strings.Contains(r.Error, "it was in TestCacheAndFlushCost/ext4") ||
+		!strings.Contains(r.Tail, "folio_wait_bit") || !strings.Contains(r.Output, "INFO: task probe.test blocked") {
+		t.Errorf("hung run: %+v", r)
+	}
+	r = ProbeRun{}
+	probeResult(&r, "sh: probe.test: not found\n", time.Minute, time.Second)
+	if r.Passed || r.Error != "probe.test output has no exit status" {
+		t.Errorf("run without a marker: %+v", r)
+	}
+}
