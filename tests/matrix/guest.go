@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,11 @@ func bootGuest(ctx context.Context, l *lab.Lab, cfg guestConfig) (*Guest, error)
 	// The exporter mounts tracefs itself when it is missing; mounting it
 	// here makes the runs' starting point the same for every mode.
 	sh.WriteString("[ -d /sys/kernel/tracing/events ] || mount -t tracefs tracefs /sys/kernel/tracing\n")
+	// The console (a file on the host, saved with the logs) gets the
+	// kernel's every message from here on, and a soft lockup's report
+	// has every CPU's backtrace: what a stuck guest can still tell.
+	sh.WriteString("echo 7 >/proc/sys/kernel/printk\n")
+	sh.WriteString("[ -w /proc/sys/kernel/softlockup_all_cpu_backtrace ] && echo 1 >/proc/sys/kernel/softlockup_all_cpu_backtrace\n")
 	// libbpf-tools look for tracepoints under debugfs too.
 	sh.WriteString("grep -q ' /sys/kernel/debug ' /proc/mounts || mount -t debugfs debugfs /sys/kernel/debug\n")
 	if _, err := vm.RunOK(ctx, sh.String()); err != nil {
@@ -98,6 +104,45 @@ func bootGuest(ctx context.Context, l *lab.Lab, cfg guestConfig) (*Guest, error)
 		}
 	}
 	return g, nil
+}
+
+// errGuestStuck is wrapped by responsive's error: the guest no longer runs
+// commands, and nothing more can be measured in it.
+var errGuestStuck = errors.New("the guest stopped answering")
+
+// responsive checks that the guest still runs a command within 30 seconds;
+// if not, the error carries what its kernel said of lockups and hangs.
+func (g *Guest) responsive(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil // interrupted, not stuck
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := g.VM.RunOK(cctx, "echo ok"); err == nil || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("%w; its kernel console says:\n%s", errGuestStuck, kernelTrouble(g.VM.ConsoleTail(400), 12))
+}
+
+// troubleLine matches kernel messages about a stuck kernel.
+var troubleLine = regexp.MustCompile(`soft lockup|hard LOCKUP|blocked for more than|rcu_.*stall|BUG:|Oops|RIP: |Call Trace|general protection`)
+
+// kernelTrouble returns the last n lines of a kernel log that say the
+// kernel is stuck or crashed, or a note that none does.
+func kernelTrouble(console string, n int) string {
+	var hits []string
+	for _, line := range strings.Split(console, "\n") {
+		if troubleLine.MatchString(line) {
+			hits = append(hits, line)
+		}
+	}
+	if len(hits) == 0 {
+		return "(no lockup, hang or crash message)"
+	}
+	if len(hits) > n {
+		hits = hits[len(hits)-n:]
+	}
+	return strings.Join(hits, "\n")
 }
 
 // exporterPort is where the exporter listens inside the guest.

@@ -308,10 +308,19 @@ func (r *runner) runKernel(ctx context.Context, k *KernelResult) error {
 	}
 	k.Release = g.Release
 	r.logf("%s booted (%s)", k.Package, g.Release)
+	// The kernel's console goes with the logs (the lab's work dir does
+	// not stay): what a guest kernel said about a lockup is there.
+	defer func() {
+		if b, err := os.ReadFile(g.VM.Console); err == nil {
+			r.saveLog(k.name()+"-console.log", string(b))
+		}
+	}()
 	for _, mode := range r.o.Modes {
 		m := &ModeResult{Mode: mode}
 		k.Modes = append(k.Modes, m)
-		r.runMode(ctx, g, k, m)
+		if err := r.runMode(ctx, g, k, m); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -319,8 +328,9 @@ func (r *runner) runKernel(ctx context.Context, k *KernelResult) error {
 	return nil
 }
 
-// runMode runs every cell of one mode, then the probe tests.
-func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *ModeResult) {
+// runMode runs every cell of one mode, then the probe tests. An error
+// means the guest stopped answering: nothing more can run on this kernel.
+func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *ModeResult) error {
 	var sessions [][]cellSpec
 	all := r.o.cells()
 	if r.o.ExporterPer == "mode" {
@@ -338,7 +348,7 @@ func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *Mode
 		if len(sessions) > 1 {
 			config = cellConfig(cells[0].name())
 		}
-		results, started, log := r.runSession(ctx, g, k, m, config, cells, &startUp, &cellTime)
+		results, started, log, stuck := r.runSession(ctx, g, k, m, config, cells, &startUp, &cellTime)
 		m.Cells = append(m.Cells, results...)
 		name := fmt.Sprintf("%s-%s-exporter.log", k.name(), m.Mode)
 		if len(sessions) > 1 {
@@ -354,6 +364,9 @@ func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *Mode
 		}
 		for p, reason := range why {
 			reasons[p] = reason
+		}
+		if stuck != nil {
+			return stuck
 		}
 		if m.Error != "" || ctx.Err() != nil {
 			// The exporter does not run in this mode: the other
@@ -372,7 +385,7 @@ func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *Mode
 		Timing{Part: fmt.Sprintf("%s: %d cells (lay out, fio, readings)", m.Mode, len(m.Cells)), Seconds: cellTime.Seconds()})
 	for _, fs := range r.o.ProbeFS {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		r.logf("%s %s: probe tests on %s", k.name(), m.Mode, fs)
 		p := g.runProbeTests(ctx, fs, m.Mode, r.o.ProbeTimeout)
@@ -387,19 +400,30 @@ func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *Mode
 		default:
 			r.logf("%s %s: probe tests on %s failed: %s", k.name(), m.Mode, fs, strings.Join(p.Failed, ", "))
 		}
+		if p.Error != "" {
+			if err := g.responsive(ctx); err != nil {
+				return fmt.Errorf("after the probe tests on %s in mode %s: %w", fs, m.Mode, err)
+			}
+		}
 	}
+	return nil
 }
+
+// cellTimeout bounds one cell (two readings and a fio run of a few
+// seconds): a guest that takes longer is stuck.
+const cellTimeout = 5 * time.Minute
 
 // runSession lays out the cells' files, starts one exporter tracking them
 // all, runs and compares each cell, and stops the exporter. It returns the
-// cells, whether the exporter started and its log.
-func (r *runner) runSession(ctx context.Context, g *Guest, k *KernelResult, m *ModeResult, config string, cells []cellSpec, startUp, cellTime *time.Duration) ([]*Cell, bool, string) {
+// cells, whether the exporter started, its log, and an error when the
+// guest stopped answering.
+func (r *runner) runSession(ctx context.Context, g *Guest, k *KernelResult, m *ModeResult, config string, cells []cellSpec, startUp, cellTime *time.Duration) ([]*Cell, bool, string, error) {
 	var out []*Cell
-	fail := func(err error) ([]*Cell, bool, string) {
+	fail := func(err error) ([]*Cell, bool, string, error) {
 		for _, c := range cells[len(out):] {
 			out = append(out, &Cell{FS: c.FS, Engine: c.Engine.Name, Status: StatusError, Text: "error: " + firstLine(err.Error()), Error: err.Error()})
 		}
-		return out, false, ""
+		return out, false, "", g.responsive(ctx)
 	}
 	var files []string
 	t := time.Now()
@@ -416,13 +440,16 @@ func (r *runner) runSession(ctx context.Context, g *Guest, k *KernelResult, m *M
 	if err != nil {
 		m.Error = err.Error()
 		r.logf("%s %s: %s", k.name(), m.Mode, firstLine(err.Error()))
-		cs, _, _ := fail(err)
-		return cs, false, err.Error()
+		cs, _, _, stuck := fail(err)
+		return cs, false, err.Error(), stuck
 	}
 	r.logf("%s %s: exporter up in %.1fs tracking %d file(s)", k.name(), m.Mode, exp.StartUp.Seconds(), len(files))
+	var stuck error
 	for _, c := range cells {
 		t := time.Now()
-		cell := r.runCell(ctx, exp, c)
+		cctx, cancel := context.WithTimeout(ctx, cellTimeout)
+		cell := r.runCell(cctx, exp, c)
+		cancel()
 		cell.Seconds = time.Since(t).Seconds()
 		*cellTime += time.Since(t)
 		out = append(out, cell)
@@ -433,16 +460,26 @@ func (r *runner) runSession(ctx context.Context, g *Guest, k *KernelResult, m *M
 		if ctx.Err() != nil {
 			break
 		}
+		if cell.Status == StatusError {
+			if stuck = g.responsive(ctx); stuck != nil {
+				break
+			}
+		}
 	}
-	log, err := exp.stop(context.WithoutCancel(ctx))
+	if stuck != nil {
+		cs, _, _, _ := fail(stuck)
+		return cs, true, "", stuck
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	log, err := exp.stop(sctx)
+	cancel()
 	if err != nil {
 		r.logf("%s %s: %v", k.name(), m.Mode, err)
 	}
 	if len(out) < len(cells) {
-		cs, _, _ := fail(errors.New("interrupted"))
-		out = cs
+		out, _, _, _ = fail(errors.New("interrupted"))
 	}
-	return out, true, log
+	return out, true, log, nil
 }
 
 // runCell reads the counters, runs the counted fio job, reads them again

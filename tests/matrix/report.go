@@ -44,6 +44,12 @@ func (r *Results) Markdown() string {
 		}
 	}
 
+	for _, k := range r.Kernels {
+		if k.Error != "" {
+			w("\n%s stopped (its console is in the state directory's logs):\n\n```\n%s\n```\n", k.name(), strings.TrimSpace(k.Error))
+		}
+	}
+
 	w("\n## BPF programs not attached\n\n")
 	w("From `fspair_probe_attached` at the first reading of each kernel and mode; the reason is the exporter's start-up warning for the program.\n\n")
 	w("| kernel | mode | program | reason |\n|---|---|---|---|\n")

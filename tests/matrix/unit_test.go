@@ -433,3 +433,18 @@ func TestProbeResult(t *testing.T) {
 		t.Errorf("run without a marker: %+v", r)
 	}
 }
+
+func TestKernelTrouble(t *testing.T) {
+	console := "[  1.0] virtio_blk virtio1: [vda] 4194304 512-byte logical blocks\n" +
+		"[224.7] watchdog: BUG: soft lockup - CPU#0 stuck for 49s! [probe.test:1147]\n" +
+		"[224.7] RIP: 0010:queued_spin_lock_slowpath+0x4f/0x1d0\n" +
+		"[260.6] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n" +
+		"[300.0] lab-init: ok\n"
+	got := kernelTrouble(console, 2)
+	if got != "[224.7] RIP: 0010:queued_spin_lock_slowpath+0x4f/0x1d0\n[260.6] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:" {
+		t.Errorf("kernelTrouble: %q", got)
+	}
+	if got := kernelTrouble("[1.0] all well\n", 5); got != "(no lockup, hang or crash message)" {
+		t.Errorf("quiet console: %q", got)
+	}
+}
