@@ -288,35 +288,62 @@ func startVariant(ctx context.Context, g *Guest, v string) (func() error, error)
 }
 
 // startLibbpfTools starts biolatency, biopattern and bitesize in the guest
-// and waits until each says it is tracing.
+// and waits until each has attached its programs and sleeps in its main
+// loop (clock_nanosleep, system call 230 on x86-64, or nanosleep, 35, in
+// /proc/PID/syscall, with a BPF link or program among its descriptors).
+// Their "Tracing ..." line is no sign: stdout into a file is block
+// buffered, so it shows only at exit.
 func startLibbpfTools(ctx context.Context, g *Guest) (func() error, error) {
-	var sh strings.Builder
-	fmt.Fprintf(&sh, ". %s\n", guestPath(envFile))
-	for _, t := range benchTools {
-		// interval 3600, count 1: they print nothing until stopped.
-		fmt.Fprintf(&sh, "%[1]s 3600 1 </dev/null >/tmp/%[1]s.out 2>&1 &\necho $! >/tmp/%[1]s.pid\n", t)
-	}
-	fmt.Fprintf(&sh, "end=$(( $(date +%%s) + %d ))\nwhile :; do\n\tready=1\n", int(libbpfWaitTime.Seconds()))
-	for _, t := range benchTools {
-		fmt.Fprintf(&sh, "\tkill -0 $(cat /tmp/%[1]s.pid) 2>/dev/null || { echo '%[1]s exited:'; cat /tmp/%[1]s.out; exit 3; }\n", t)
-		fmt.Fprintf(&sh, "\tgrep -q Tracing /tmp/%s.out || ready=0\n", t)
-	}
-	fmt.Fprintf(&sh, "\t[ $ready = 1 ] && exit 0\n\t[ $(date +%%s) -ge $end ] && { echo 'libbpf-tools did not start tracing in %s'; tail /tmp/*.out; exit 4; }\n\tsleep 0.2\ndone\n", libbpfWaitTime)
 	stop := func() error {
-		var sh strings.Builder
-		for _, t := range benchTools {
-			fmt.Fprintf(&sh, "kill -INT $(cat /tmp/%[1]s.pid) 2>/dev/null\n", t)
-		}
-		for _, t := range benchTools {
-			fmt.Fprintf(&sh, "i=0; while kill -0 $(cat /tmp/%[1]s.pid) 2>/dev/null; do i=$((i+1)); [ $i = 100 ] && kill -9 $(cat /tmp/%[1]s.pid); sleep 0.1; done\nrm -f /tmp/%[1]s.pid\n", t)
-		}
-		_, err := g.VM.RunOK(context.WithoutCancel(ctx), sh.String())
+		_, err := g.VM.RunOK(context.WithoutCancel(ctx), libbpfStopScript("/tmp"))
 		return err
 	}
-	if _, err := g.VM.RunOK(ctx, sh.String()); err != nil {
+	if _, err := g.VM.RunOK(ctx, libbpfStartScript(guestPath(envFile), "/tmp")); err != nil {
 		return nil, errors.Join(fmt.Errorf("start libbpf-tools: %w", err), stop())
 	}
 	return stop, nil
+}
+
+// libbpfStartScript starts the tools and waits for them (startLibbpfTools),
+// after sourcing env (when not empty), with their pid and output files in
+// dir.
+func libbpfStartScript(env, dir string) string {
+	var sh strings.Builder
+	if env != "" {
+		fmt.Fprintf(&sh, ". %s\n", env)
+	}
+	fmt.Fprintf(&sh, "cd %s\n", dir)
+	for _, t := range benchTools {
+		// interval 3600, count 1: they print nothing until stopped.
+		fmt.Fprintf(&sh, "%[1]s 3600 1 </dev/null >%[1]s.out 2>&1 &\necho $! >%[1]s.pid\n", t)
+	}
+	sh.WriteString(`ready() { # pid
+	read -r nr _ </proc/$1/syscall 2>/dev/null || return 1
+	[ "$nr" = 230 ] || [ "$nr" = 35 ] || return 1
+	ls -l /proc/$1/fd 2>/dev/null | grep -qE 'bpf[-_](link|prog)'
+}
+`)
+	fmt.Fprintf(&sh, "end=$(( $(date +%%s) + %d ))\nwhile :; do\n\tok=1\n", int(libbpfWaitTime.Seconds()))
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "\tkill -0 $(cat %[1]s.pid) 2>/dev/null || { echo '%[1]s exited:'; cat %[1]s.out; exit 3; }\n", t)
+		fmt.Fprintf(&sh, "\tready $(cat %s.pid) || ok=0\n", t)
+	}
+	fmt.Fprintf(&sh, "\t[ $ok = 1 ] && exit 0\n\t[ $(date +%%s) -ge $end ] && { echo 'libbpf-tools did not attach in %s'; for f in *.pid; do echo \"$f: $(cat /proc/$(cat $f)/syscall)\"; done; exit 4; }\n\tsleep 0.2\ndone\n", libbpfWaitTime)
+	return sh.String()
+}
+
+// libbpfStopScript stops the tools started with their files in dir
+// (SIGINT, SIGKILL after 10 seconds).
+func libbpfStopScript(dir string) string {
+	var sh strings.Builder
+	fmt.Fprintf(&sh, "cd %s\n", dir)
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "kill -INT $(cat %[1]s.pid) 2>/dev/null\n", t)
+	}
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "i=0; while kill -0 $(cat %[1]s.pid) 2>/dev/null; do i=$((i+1)); [ $i = 100 ] && kill -9 $(cat %[1]s.pid); sleep 0.1; done\nrm -f %[1]s.pid\n", t)
+	}
+	return sh.String()
 }
 
 // getppid runs the static getppid loop and returns its ns per call.

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -446,5 +451,52 @@ func TestKernelTrouble(t *testing.T) {
 	}
 	if got := kernelTrouble("[1.0] all well\n", 5); got != "(no lockup, hang or crash message)" {
 		t.Errorf("quiet console: %q", got)
+	}
+}
+
+// TestLibbpfScripts runs the bench's start and stop scripts for
+// libbpf-tools on this host with busybox sh, as the guest does: the start
+// returns once all three attached and sleep, the stop ends them. It loads
+// BPF on the host (root, libbpf-tools installed: make deps).
+func TestLibbpfScripts(t *testing.T) {
+	for _, tool := range append([]string{"busybox"}, benchTools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found (make deps): %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	run := func(script string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "busybox", "sh", "-c", script).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(libbpfStartScript("", dir)); err != nil {
+		t.Fatalf("start: %v: %s", err, out)
+	}
+	var pids []int
+	for _, tool := range benchTools {
+		b, err := os.ReadFile(filepath.Join(dir, tool+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		sc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if nr, _, _ := strings.Cut(string(sc), " "); nr != "230" && nr != "35" {
+			t.Errorf("%s (pid %d) not sleeping after the start script: syscall %q", tool, pid, sc)
+		}
+		pids = append(pids, pid)
+	}
+	if out, err := run(libbpfStopScript(dir)); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	for i, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("%s (pid %d) still runs after the stop script", benchTools[i], pid)
+		}
+	}
+	// SIGINT makes them print what they gathered.
+	if b, _ := os.ReadFile(filepath.Join(dir, "biolatency.out")); !strings.Contains(string(b), "Tracing block device I/O") {
+		t.Errorf("biolatency's output: %q", b)
 	}
 }
