@@ -32,7 +32,7 @@ func TestMatrixCI(t *testing.T) {
 		modes = env
 	}
 	o := Options{
-		Kernels: kernels[:1], Modes: modes, FS: FileSystems, Engines: Engines, ProbeFS: []string{"ext4"},
+		Kernels: kernels[:1], Modes: modes, FS: FileSystems, Engines: Engines, ProbeFS: []string{"ext4"}, ProbeCPUs: 1,
 		ExporterPer: "mode", FileMiB: 64, FSMiB: 2048, CPUs: 2, MemMiB: 2048,
 		State: ciState, CacheDir: lab.DefaultCacheDir(),
 		ProbeTimeout: 10 * time.Minute, ExporterTimeout: 3 * time.Minute,

@@ -270,6 +270,14 @@ type ProbeRun struct {
 	Seconds  float64
 }
 
+// onlineCPUs brings every CPU of the guest back online (after the probe
+// tests took some offline); a failure is left to the next command to show.
+func (g *Guest) onlineCPUs(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, _, _ = g.VM.Run(cctx, "for c in /sys/devices/system/cpu/cpu[0-9]*/online; do [ -w $c ] && [ \"$(cat $c)\" = 0 ] && echo 1 >$c; done; true")
+}
+
 // Markers the probe test run's guest script prints.
 const (
 	probeExitMarker = "@@probe.test exit "
@@ -283,11 +291,22 @@ const (
 // kernel (a thread in uninterruptible sleep outlives -test.timeout's panic)
 // is then reported with the test it was in, its threads' kernel stacks and
 // the kernel log's tail, instead of losing the output with the command.
-func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, timeout time.Duration) ProbeRun {
+//
+// cpus > 0 takes the guest's other CPUs offline for the run (cpus 1: only
+// CPU 0): see Options.ProbeCPUs.
+func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, cpus int, timeout time.Duration) ProbeRun {
 	start := time.Now()
 	run := ProbeRun{FS: fs}
 	out := "/tmp/probe-" + fs + ".out"
 	grace := 30 * time.Second
+	if cpus > 0 {
+		if _, err := g.VM.RunOK(ctx, fmt.Sprintf(
+			"for c in /sys/devices/system/cpu/cpu[0-9]*; do n=${c##*cpu}; [ $n -ge %d ] && [ -w $c/online ] && echo 0 >$c/online; done; grep -c ^processor /proc/cpuinfo", cpus)); err != nil {
+			run.Error = fmt.Sprintf("take CPUs offline for the probe tests: %v", err)
+			return run
+		}
+		defer g.onlineCPUs(context.WithoutCancel(ctx))
+	}
 	sh := fmt.Sprintf(`. %[1]s
 cd /tmp
 rm -f %[2]s
