@@ -252,7 +252,7 @@ func RunMatrix(ctx context.Context, o Options, logw io.Writer) (*Results, error)
 			k.Error = err.Error()
 			r.logf("%s: %v", pkg, err)
 		}
-		k.Timing = append(k.Timing, Timing{Part: "kernel total", Seconds: time.Since(kt).Seconds()})
+		k.Timing = append(k.Timing, Timing{Part: "kernel total (with the wait for the lock)", Seconds: time.Since(kt).Seconds()})
 		if ctx.Err() != nil {
 			break
 		}
@@ -289,7 +289,12 @@ func (r *runner) preparePayload(ctx context.Context, work string) error {
 
 // runKernel boots one guest on the kernel and runs every mode in it.
 func (r *runner) runKernel(ctx context.Context, k *KernelResult) error {
-	unlock, err := lab.Lock(ctx, r.o.Lock, r.logf)
+	var unlock func()
+	err := timed(&k.Timing, "wait for the lab lock", func() error {
+		var err error
+		unlock, err = lab.Lock(ctx, r.o.Lock, r.logf)
+		return err
+	})
 	if err != nil {
 		return err
 	}
