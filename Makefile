@@ -10,7 +10,14 @@ FUZZTIME  ?= 1000000x
 export GOFLAGS := -mod=mod
 SHELL := /bin/bash
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules report validate kdb kdb-quick loadtest fuzz soak deps clean
+# The kernels the kernel matrix boots in TCG guests (tests/matrix): Debian 12's
+# cloud kernels, with BTF and BPF trampolines. Pinned here and nowhere else:
+# make matrix runs them all; make test (lab-test: tests/matrix TestMatrixCI) and
+# make bench (PARTS=kernel) run the first.
+MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
+export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
+
+.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -81,6 +88,22 @@ deploy-test: build
 
 bench: build
 	bash scripts/bench.sh
+
+# The kernel matrix (tests/matrix): on every kernel of MATRIX_KERNELS, for each
+# probe mode (MATRIX_MODES; empty: the harness's default fentry,tracepoint,syscall;
+# "current" for an exporter without --probe.mode), the exporter's counts against
+# fio's on ext4/xfs/btrfs with psync, libaio and io_uring, the programs that did
+# not attach, and exporter/probe's tests in the guest. It takes the lab lock per
+# kernel itself (do not wrap it in flock). More flags in MATRIX_FLAGS, e.g.
+# -out tests/matrix/RESULTS.md. About 10 minutes per kernel and mode here.
+MATRIX_MODES ?=
+MATRIX_FLAGS ?=
+matrix:
+	$(GO) run ./tests/matrix run $(if $(MATRIX_MODES),-modes '$(MATRIX_MODES)') $(MATRIX_FLAGS)
+
+# For running tests/matrix by hand: FSPAIR_MATRIX_KERNELS="$$(make -s print-matrix-kernels)".
+print-matrix-kernels:
+	@echo $(MATRIX_KERNELS)
 
 # k6 (pinned, built by scripts/k6.sh): a web service in a lab VM under load with
 # k6's metrics in the same Prometheus, 200 scrapers on /metrics, and the

@@ -8,7 +8,8 @@
 #     case); randread and randwrite are served by the page cache (the highest
 #     rate a file sustains here). Runs alternate and repeat; the median is
 #     reported. Then the tax on an unrelated system call: a getppid loop
-#     (bench/getppid) under each of the same configurations.
+#     (tests/matrix/csrc/getppid.c, as the guest bench runs it) under each of
+#     the same configurations.
 #  2. ns per event of every BPF program, from bpf_stats (--probe.stats),
 #     over one direct random-read run and one random-write run that syncs
 #     every 16 writes: fspair's programs in each mode, then libbpf-tools'
@@ -27,17 +28,31 @@
 #     that fspair's histograms have data as in part 3. It takes the lab
 #     lock (/var/tmp/fspair-lab.lock) unless a caller holds it, starts
 #     virtlogd and libvirtd if they do not answer, and stops what it started.
+#  5. the tracers' cost inside a guest on a kernel operations teams run
+#     (go run ./tests/matrix bench): a one-vCPU TCG guest on the first kernel
+#     of MATRIX_KERNELS (the Makefile's), QEMU pinned to one host core; fio
+#     4k psync random writes into and reads from the page cache of a 256 MiB
+#     ext4 file and O_DIRECT random reads, 10 s each, and a getppid(2) loop
+#     (the tax on an unrelated system call), under no tracer, the exporter
+#     in each probe mode (KERNEL_VARIANTS, default none, fentry, tracepoint,
+#     syscall, libbpf-tools; "current" is the exporter without a mode flag)
+#     and libbpf-tools biolatency+biopattern+bitesize; 5 rounds, order
+#     rotated, medians, ratios to no tracer. Results in bench/results-kernel.txt
+#     (KERNEL_FLAGS passes more flags, e.g. -rounds 3 -runtime 5s). It takes
+#     the lab lock unless a caller holds it.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
 #  5. BPF time per guest request in each mode (bench/pathcost, a lab guest)
 #     and libbpf-tools' per device request on the same runs.
-# PARTS selects parts: iops,stats,scrape,libvirt,pathcost is all of it
+#  6. the tracers' cost in a guest booting the matrix's first kernel
+#     (Debian 12's 6.1, which has trampolines): tests/matrix bench.
+# PARTS selects parts: iops,stats,scrape,libvirt,pathcost,kernel is all of it
 # (PARTS=scrape runs part 3 alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/fspair_exporter}
 RUNTIME=${RUNTIME:-10}   # seconds per fio run
 REPS=${REPS:-5}          # runs per configuration
-PARTS=${PARTS:-iops,stats,scrape,libvirt,pathcost}
+PARTS=${PARTS:-iops,stats,scrape,libvirt,pathcost,kernel}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 4
 LIBVIRT_DISKS_PER_VM=${LIBVIRT_DISKS_PER_VM:-10}
 LAB_LOCK=${LAB_LOCK:-/var/tmp/fspair-lab.lock}
@@ -119,10 +134,13 @@ getppid_ns() {
 	for _ in 1 2 3; do "$work/getppid" 5000000; done | median
 }
 
-{
-echo "# fspair bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-} | tee "$out"
+# Parts 1-5 write $out; part 6 alone (PARTS=kernel) leaves it as it is.
+if want iops || want stats || want scrape || want libvirt || want pathcost; then
+	{
+	echo "# fspair bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+	} | tee "$out"
+fi
 
 # 1+2: IOPS cost.
 if want iops || want stats; then
@@ -138,7 +156,7 @@ disks:
 YML
 fi
 if want iops; then
-	gcc -O2 -static -o "$work/getppid" bench/getppid/getppid.c
+	gcc -O2 -static -o "$work/getppid" tests/matrix/csrc/getppid.c
 	for rw in randread-direct randread randwrite getppid; do
 		declare -A runs=()
 		for i in $(seq "$REPS"); do
@@ -530,4 +548,18 @@ if want pathcost; then
 	done
 fi
 
-log "results in $out"
+# 6: the tracers' cost in a guest on the matrix's first kernel.
+if want kernel; then
+	read -r kernel _ <<<"${FSPAIR_MATRIX_KERNELS:-}"
+	if [ -z "$kernel" ]; then
+		log "FSPAIR_MATRIX_KERNELS is not set: run make bench (it passes the Makefile's MATRIX_KERNELS)"
+		exit 1
+	fi
+	kargs=(-kernel "$kernel" -out "${KERNEL_OUT:-bench/results-kernel.txt}")
+	[ -n "${KERNEL_VARIANTS:-}" ] && kargs+=(-variants "$KERNEL_VARIANTS")
+	if holds_lab_lock; then kargs+=(-lock ""); else kargs+=(-lock "$LAB_LOCK"); fi
+	# shellcheck disable=SC2086 # KERNEL_FLAGS is a list of flags
+	go run ./tests/matrix bench "${kargs[@]}" ${KERNEL_FLAGS:-}
+fi
+
+if want iops || want stats || want scrape || want libvirt || want pathcost; then log "results in $out"; fi

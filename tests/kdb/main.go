@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fspair/fspair/tests/lab"
 	"github.com/fspair/fspair/tests/workload"
 )
 
@@ -128,7 +129,7 @@ func parseOptions(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Site, "site", "", "site knowledge-base file to write (default: <out>/site.yaml); entries for other cells in an existing file are kept")
 	fs.StringVar(&o.KDB, "kdb", "", "published knowledge base (default: rules/kdb/pairs.yaml in the repository)")
 	fs.StringVar(&hostdirs, "hostdir", "", "real host: put the images in these directories instead of lab loop devices, e.g. ext4=/srv/ext4,xfs=/srv/xfs,btrfs=/srv/btrfs")
-	fs.StringVar(&o.Lock, "lock", "/var/tmp/fspair-lab.lock", "lab lock, taken for each pair's guest (empty: none)")
+	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock, taken for each pair's guest (empty: none)")
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "boot nothing: write the site file and the report from the state")
 	fs.BoolVar(&o.Check, "check", true, "check the site file with rules/gen and promtool")
 	fs.BoolVar(&o.Verbose, "v", false, "print the lab's stage lines")

@@ -118,7 +118,7 @@ func (r *runner) matrix(ctx context.Context, pending []job, all int) []string {
 func (r *runner) pair(ctx context.Context, pair string, jobs []job, pairsAfter int) (err error) {
 	g, h, _ := strings.Cut(pair, "/")
 	p := workload.Pair{GuestFS: g, HostFS: h, Format: r.o.Format, Cache: r.o.Cache}
-	unlock, err := lockLab(ctx, r.o.Lock, r.logf)
+	unlock, err := lab.Lock(ctx, r.o.Lock, r.logf)
 	if err != nil {
 		return err
 	}
@@ -270,41 +270,6 @@ func (r *runner) runOne(ctx context.Context, g *workload.Guest, rec *recorder, j
 		GuestWriteAmplification: ph.GuestWriteAmplification, WindowSeconds: span.Seconds(),
 		From: a.Scrape, To: b.Scrape,
 	}, nil
-}
-
-// lockLab takes the lab lock (flock(2) on path, as `flock path cmd`
-// does), so that this and other lab users run one guest at a time; it
-// waits, saying so, while another holds it. An empty path takes no lock.
-func lockLab(ctx context.Context, path string, logf func(string, ...any)) (func(), error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
-	if err != nil {
-		return nil, fmt.Errorf("open lab lock %s: %w", path, err)
-	}
-	waiting := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("take lab lock %s: %w", path, err)
-		}
-		if !waiting {
-			logf("waiting for the lab lock %s (another lab run holds it)", path)
-			waiting = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for lab lock %s: %w", path, ctx.Err())
-		case <-time.After(5 * time.Second):
-		}
-	}
-	return func() { f.Close() }, nil // closing the last descriptor releases the lock
 }
 
 // mount is one line of /proc/self/mountinfo.

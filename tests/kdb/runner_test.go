@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,35 +44,6 @@ func TestSamples(t *testing.T) {
 	if _, ok := at(ss, t0.Add(time.Hour)); ok {
 		t.Error("at found a scrape that was not taken")
 	}
-}
-
-func TestLockLab(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "lab.lock")
-	var logged []string
-	logf := func(f string, a ...any) { logged = append(logged, f) }
-	unlock, err := lockLab(context.Background(), path, logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if _, err := lockLab(ctx, path, logf); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("second lock while held: %v, want a deadline", err)
-	}
-	if len(logged) != 1 || !strings.Contains(logged[0], "waiting for the lab lock") {
-		t.Errorf("logged %q", logged)
-	}
-	unlock()
-	unlock2, err := lockLab(context.Background(), path, logf)
-	if err != nil {
-		t.Fatalf("lock after release: %v", err)
-	}
-	unlock2()
-	none, err := lockLab(context.Background(), "", logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	none()
 }
 
 func TestMountOf(t *testing.T) {

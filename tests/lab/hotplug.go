@@ -79,6 +79,10 @@ func (vm *VM) HotplugDisk(ctx context.Context, d DiskConfig) (string, error) {
 		"cache":     cache,
 		"discard":   d.Discard,
 	}
+	if d.ReadOnly {
+		file["read-only"] = true
+		format["read-only"] = true
+	}
 	if _, err := vm.QMP(ctx, "blockdev-add", format); err != nil {
 		return "", fmt.Errorf("hot-plug %s into %s: %w", d.ID, vm.Name, err)
 	}

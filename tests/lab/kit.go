@@ -6,9 +6,11 @@ import (
 	"embed"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,7 +19,7 @@ import (
 // They are embedded so BuildKit works from any working directory and from
 // binaries built out of this package.
 //
-//go:embed kit.sh guest-init.sh lab-ctl.sh
+//go:embed kit.sh bundle.sh guest-init.sh lab-ctl.sh
 var kitFiles embed.FS
 
 // Kit is a kernel and initramfs ready to boot.
@@ -42,32 +44,34 @@ func DefaultCacheDir() string {
 // BuildKit builds the guest kit in cacheDir, or reuses a complete one built
 // from the same inputs. Stage names and elapsed times go to progress (which
 // may be nil). The first build downloads the kernel package with apt-get and
-// takes a few seconds; a cached kit is returned at once.
+// takes a few seconds; a cached kit is returned at once. The kernel is
+// kit.sh's pinned one, or FSPAIR_LAB_KERNEL_PKG's.
 func BuildKit(ctx context.Context, cacheDir string, progress io.Writer) (*Kit, error) {
+	return BuildKitFor(ctx, cacheDir, "", progress)
+}
+
+// BuildKitFor is BuildKit for the Debian kernel package kernelPkg (e.g.
+// linux-image-6.12.117+deb12-cloud-amd64); empty means BuildKit's kernel.
+// Each kernel gets its own kit, and its package is cached beside the kits.
+func BuildKitFor(ctx context.Context, cacheDir, kernelPkg string, progress io.Writer) (*Kit, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create kit cache %s: %w", cacheDir, err)
 	}
-	scripts, err := os.MkdirTemp(cacheDir, "scripts.")
+	scripts, err := writeScripts(cacheDir)
 	if err != nil {
-		return nil, fmt.Errorf("create kit script dir: %w", err)
+		return nil, err
 	}
 	defer os.RemoveAll(scripts)
-	for _, name := range []string{"kit.sh", "guest-init.sh", "lab-ctl.sh"} {
-		b, err := kitFiles.ReadFile(name)
-		if err != nil {
-			return nil, fmt.Errorf("read embedded %s: %w", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(scripts, name), b, 0o755); err != nil {
-			return nil, fmt.Errorf("write %s: %w", name, err)
-		}
-	}
 
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(scripts, "kit.sh"), cacheDir)
 	cmd.Stderr = progress
+	if kernelPkg != "" {
+		cmd.Env = append(os.Environ(), "FSPAIR_LAB_KERNEL_PKG="+kernelPkg)
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("build kit with kit.sh (output above on the progress writer): %w", err)
@@ -118,4 +122,70 @@ func loadKit(dir string) (*Kit, error) {
 		return nil, fmt.Errorf("kit %s names no kernel version", dir)
 	}
 	return kit, nil
+}
+
+// writeScripts writes the embedded scripts into a new directory under dir
+// (kit.sh runs its siblings from its own directory).
+func writeScripts(dir string) (string, error) {
+	scripts, err := os.MkdirTemp(dir, "scripts.")
+	if err != nil {
+		return "", fmt.Errorf("create kit script dir: %w", err)
+	}
+	for _, name := range []string{"kit.sh", "bundle.sh", "guest-init.sh", "lab-ctl.sh"} {
+		b, err := kitFiles.ReadFile(name)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(scripts, name), b, 0o755)
+		}
+		if err != nil {
+			os.RemoveAll(scripts)
+			return "", fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return scripts, nil
+}
+
+// Bundle copies host programs (names on PATH or paths), each with every
+// shared library it loads, into root the way the kit holds fio: programs in
+// root/usr/bin, libraries at their host paths under root (bundle.sh). A
+// guest runs them with LD_LIBRARY_PATH set to BundleLibraryPath's answer.
+func Bundle(ctx context.Context, root string, programs ...string) error {
+	tmp, err := os.MkdirTemp("", "fspair-bundle.")
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	scripts, err := writeScripts(tmp)
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(scripts, "bundle.sh"), root}, programs...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bundle %s into %s: %w: %s", strings.Join(programs, " "), root, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// BundleLibraryPath returns the LD_LIBRARY_PATH for a bundle made in root
+// and seen by the guest at guestRoot: every directory under it that holds
+// a shared library, in a fixed order.
+func BundleLibraryPath(root, guestRoot string) (string, error) {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.Contains(d.Name(), ".so") {
+			return err
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		if dir = filepath.Join(guestRoot, dir); !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("list bundle libraries in %s: %w", root, err)
+	}
+	slices.Sort(dirs)
+	return strings.Join(dirs, ":"), nil
 }

@@ -13,8 +13,13 @@
 # written last. Builds of the same cache directory are serialised with flock.
 # On success the last line on stdout is the kit directory.
 #
+# The kernel package itself is kept in CACHE_DIR/debs/ under the name apt
+# gives it (package, version, architecture), so a kit rebuilt for changed
+# scripts does not download it again; FSPAIR_LAB_KERNEL_PKG picks another
+# linux-image-*-cloud-amd64 (tests/matrix boots one kit per kernel).
+#
 # Needs (Debian 12, root not required except for apt-get): apt-get, dpkg-deb,
-# kmod (depmod), busybox-static, fio, cpio, gzip, flock.
+# kmod (depmod), busybox-static, fio, cpio, gzip, xz-utils, flock.
 set -euo pipefail
 
 cache=${1:?usage: kit.sh CACHE_DIR}
@@ -26,7 +31,7 @@ kernel_pkg=${FSPAIR_LAB_KERNEL_PKG:-linux-image-6.1.0-50-cloud-amd64}
 stage() { printf 'kit: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'kit: error: %s\n' "$*" >&2; exit 1; }
 
-for tool in apt-get dpkg-deb depmod cpio gzip flock ldd sha256sum dpkg-query; do
+for tool in apt-get dpkg-deb depmod cpio gzip xz flock ldd sha256sum dpkg-query; do
 	command -v "$tool" >/dev/null || die "$tool not found; install the packages in tests/lab/packages.txt"
 done
 [ -x /bin/busybox ] || die "/bin/busybox not found; apt-get install busybox-static"
@@ -38,7 +43,7 @@ if ! /bin/busybox --list | grep -x modprobe >/dev/null; then
 fi
 
 versions=$(dpkg-query -W -f='${Package}=${Version}\n' fio busybox-static 2>/dev/null || true)
-key=$( { cat "$here/kit.sh" "$here/guest-init.sh" "$here/lab-ctl.sh"; echo "$kernel_pkg"; echo "$versions"; } | sha256sum | cut -c1-16)
+key=$( { cat "$here/kit.sh" "$here/bundle.sh" "$here/guest-init.sh" "$here/lab-ctl.sh"; echo "$kernel_pkg"; echo "$versions"; } | sha256sum | cut -c1-16)
 kit="$cache/kit-$key"
 
 mkdir -p "$cache"
@@ -65,9 +70,24 @@ trap 'rm -rf "$work"' EXIT
 # directory avoids its "couldn't be accessed by user '_apt'" warning.
 chmod 755 "$work"
 
-download() { (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "$1") >&2; }
+# Downloaded packages are kept in $debs under apt's file name
+# (<package>_<version>_<arch>.deb); a package name carries its kernel ABI, so
+# the first file that matches it is that kernel.
+debs="$cache/debs"
+mkdir -p "$debs"
+chmod 755 "$debs"
+cached_deb() { ls "$debs/${1}_"*.deb 2>/dev/null | head -1; }
+download() {
+	[ -n "$(cached_deb "$1")" ] && return 0
+	# apt writes a partial file under its final name; a download dir
+	# of our own keeps a killed download out of the cache.
+	(cd "$work" && apt-get download -q -o APT::Sandbox::User=root "$1") >&2 || return 1
+	mv "$work/${1}_"*.deb "$debs/"
+}
 stage "download $kernel_pkg"
-if ! download "$kernel_pkg"; then
+if [ -n "$(cached_deb "$kernel_pkg")" ]; then
+	stage "using cached $(basename "$(cached_deb "$kernel_pkg")")"
+elif ! download "$kernel_pkg"; then
 	stage "package index missing or stale, running apt-get update"
 	apt-get update -q >&2 || die "apt-get update failed"
 	if ! download "$kernel_pkg"; then
@@ -82,7 +102,10 @@ if ! download "$kernel_pkg"; then
 		download "$kernel_pkg" || die "apt-get download $kernel_pkg failed"
 	fi
 fi
-deb=$(ls "$work"/*.deb)
+deb=$(cached_deb "$kernel_pkg")
+# Marks it in use for the sweep below.
+touch "$deb"
+find "$debs" -name '*.deb' -mtime +30 -delete 2>/dev/null || true
 
 stage "extract $(basename "$deb")"
 dpkg-deb -x "$deb" "$work/kpkg"
@@ -109,35 +132,42 @@ done
 ln -sf ../bin/busybox "$root/usr/sbin/modprobe"
 
 stage "copy fio and its shared libraries"
-cp /usr/bin/fio "$root/usr/bin/fio"
-# Every library ldd resolves, at the path ldd names (symlinks followed), plus
-# the loader. fio is linked with BIND_NOW, so all of them must be present.
-ldd /usr/bin/fio | awk '/=> \//{print $3} /^[[:space:]]*\/[^ ]*ld-linux/{print $1}' | sort -u |
-	while read -r lib; do
-		dest="$root$lib"
-		mkdir -p "$(dirname "$dest")"
-		cp -L "$lib" "$dest"
-	done
+# Libraries at the paths ldd printed (the root is usr-merged like the host).
+"$here/bundle.sh" "$root" /usr/bin/fio
 [ -e "$root/lib64/ld-linux-x86-64.so.2" ] || die "dynamic loader not copied"
 
 stage "copy kernel modules"
 moddir="lib/modules/$kver"
 # Top-level modules; their dependencies come from modules.dep. The crypto
 # ones are btrfs's optional checksum algorithms (modinfo softdep), which
-# busybox modprobe does not follow on its own.
-wanted="virtio_pci virtio_blk virtio_net xfs btrfs xxhash_generic blake2b_generic"
-mods=""
+# busybox modprobe does not follow on its own; loop is for tests that make
+# file systems on loop devices inside the guest (exporter/probe's).
+wanted="virtio_pci virtio_blk virtio_net xfs btrfs xxhash_generic blake2b_generic loop"
+mods="" load=""
 for m in $wanted; do
+	# Built into this kernel (virtio_pci is in 6.12's cloud kernel): nothing
+	# to copy or load.
+	if grep -qE "(^|/)$m\.ko$" "$work/kpkg/$moddir/modules.builtin"; then
+		continue
+	fi
 	line=$(grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$work/kpkg/$moddir/modules.dep") || die "module $m not in $kver"
 	mods="$mods ${line%%:*} ${line#*:}"
+	load="$load $m"
 done
+# Debian's 6.12 packages ship modules xz-compressed (.ko.xz), 6.1's plain;
+# they are unpacked here so that busybox modprobe needs no decompressor
+# (depmod below indexes the .ko names).
 for rel in $(echo "$mods" | tr ' ' '\n' | sort -u); do
 	mkdir -p "$root/$moddir/$(dirname "$rel")"
-	cp "$work/kpkg/$moddir/$rel" "$root/$moddir/$rel"
+	case "$rel" in
+	*.ko.xz) xz -dc "$work/kpkg/$moddir/$rel" >"$root/$moddir/${rel%.xz}" ;;
+	*.ko) cp "$work/kpkg/$moddir/$rel" "$root/$moddir/$rel" ;;
+	*) die "module $rel: compression not handled (want .ko or .ko.xz)" ;;
+	esac
 done
 cp "$work/kpkg/$moddir"/modules.{order,builtin,builtin.modinfo} "$root/$moddir/"
 depmod -b "$root" "$kver"
-echo "$wanted" | tr ' ' '\n' >"$root/etc/lab-modules"
+echo $load | tr ' ' '\n' >"$root/etc/lab-modules"
 
 stage "install init and control channel"
 install -m 0755 "$here/guest-init.sh" "$root/init"

@@ -38,6 +38,12 @@ type Lab struct {
 // when empty) and builds or reuses the kit in cacheDir (DefaultCacheDir()
 // when empty). progress receives stage lines; it may be nil.
 func New(ctx context.Context, base, cacheDir string, progress io.Writer) (*Lab, error) {
+	return NewFor(ctx, base, cacheDir, "", progress)
+}
+
+// NewFor is New with the guests booting the Debian kernel package kernelPkg
+// (BuildKitFor); empty means the lab's pinned kernel.
+func NewFor(ctx context.Context, base, cacheDir, kernelPkg string, progress io.Writer) (*Lab, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -50,7 +56,7 @@ func New(ctx context.Context, base, cacheDir string, progress io.Writer) (*Lab, 
 	if os.Geteuid() != 0 {
 		return nil, errors.New("lab needs root (loop devices, mount, QEMU); run the tests as root")
 	}
-	kit, err := BuildKit(ctx, cacheDir, progress)
+	kit, err := BuildKitFor(ctx, cacheDir, kernelPkg, progress)
 	if err != nil {
 		return nil, err
 	}

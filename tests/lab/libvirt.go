@@ -172,7 +172,7 @@ func StartLibvirtd(progress io.Writer) (d *Daemon, err error) {
 		return nil, err
 	}
 	if _, err := Virsh(context.Background(), "uri"); err != nil {
-		return nil, errors.Join(fmt.Errorf("libvirtd does not open %s: %w\nlibvirtd log:\n%s", libvirtURI, err, tailString(d.Log(), 30)), d.Stop())
+		return nil, errors.Join(fmt.Errorf("libvirtd does not open %s: %w\nlibvirtd log:\n%s", libvirtURI, err, Tail(d.Log(), 30)), d.Stop())
 	}
 	return d, nil
 }
@@ -304,7 +304,7 @@ func (d *Daemon) Stop() error {
 	}
 	d.cmd.Process.Kill()
 	<-d.done
-	return fmt.Errorf("%s did not exit within 15s of SIGTERM; killed; log:\n%s", d.Name, tailString(d.Log(), 20))
+	return fmt.Errorf("%s did not exit within 15s of SIGTERM; killed; log:\n%s", d.Name, Tail(d.Log(), 20))
 }
 
 // Virsh runs virsh on the system URI. The first domain a fresh libvirtd

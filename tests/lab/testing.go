@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,10 @@ func ForTest(t testing.TB) *Lab {
 	})
 	return l
 }
+
+// TestLog returns a writer that sends whole lines to t's log, for the
+// progress of tools a test runs.
+func TestLog(t testing.TB) io.Writer { return &testLog{t: t} }
 
 // testLog writes whole lines to the test log.
 type testLog struct {

@@ -324,6 +324,13 @@ func TestDiskConfigNormalize(t *testing.T) {
 		d.deviceArg() != "virtio-blk-pci,drive=drive-vd1,id=vd1,serial=vd1" {
 		t.Errorf("args: -drive %s -device %s", d.driveArg(), d.deviceArg())
 	}
+	ro := DiskConfig{ID: "vd2", File: "/data.img", Format: "raw", ReadOnly: true}
+	if err := ro.normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ro.driveArg(); got != "file=/data.img,if=none,id=drive-vd2,format=raw,cache=writeback,aio=threads,discard=ignore,readonly=on" {
+		t.Errorf("read-only disk: -drive %s", got)
+	}
 	for _, bad := range []DiskConfig{
 		{ID: "vd1", File: "/x", Format: "raw", AIO: "native"}, // native without O_DIRECT
 		{ID: "vd1", File: "/x", Format: "vmdk"},
@@ -394,4 +401,59 @@ func TestDomainGuest(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("lab-ctl.sh did not end when the host disconnected")
 	}
+}
+
+func TestLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lab.lock")
+	var logged []string
+	logf := func(f string, a ...any) { logged = append(logged, f) }
+	unlock, err := Lock(context.Background(), path, logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := Lock(ctx, path, logf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second lock while held: %v, want a deadline", err)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "waiting for the lab lock") {
+		t.Errorf("logged %q", logged)
+	}
+	// A waiter gets the lock when the holder lets go, without polling.
+	type result struct {
+		unlock func()
+		err    error
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		u, err := Lock(context.Background(), path, func(string, ...any) {})
+		waiter <- result{u, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	unlock()
+	w := <-waiter
+	if w.err != nil {
+		t.Fatalf("waiter: %v", w.err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Errorf("waiter got the lock %s after its release", d)
+	}
+	// The waiter given up above must have let go of the lock too.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	if _, err := Lock(ctx2, path, logf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("lock while the waiter holds it: %v", err)
+	}
+	w.unlock()
+	unlock2, err := Lock(context.Background(), path, logf)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	unlock2()
+	none, err := Lock(context.Background(), "", logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none()
 }

@@ -25,6 +25,9 @@ type DiskConfig struct {
 	AIO     string // threads, native (needs a cache mode with direct I/O) or io_uring
 	Discard string // unmap passes guest discards to the image; ignore drops them
 	Serial  string // virtio-blk serial (at most 20 bytes); defaults to ID
+	// ReadOnly opens the image read-only in QEMU; the guest sees a
+	// read-only disk (virtio-blk VIRTIO_BLK_F_RO).
+	ReadOnly bool
 }
 
 // Forward forwards a host TCP port on 127.0.0.1 to a guest port through
@@ -51,6 +54,11 @@ type VMConfig struct {
 	// the command line before the lab's (QEMU serves one client per
 	// monitor, and the lab holds its own for the VM's life): VM.FspairQMP.
 	FspairQMP bool
+
+	// HostCPUs, when set, pins QEMU (every thread: vCPUs, main loop, I/O
+	// workers) to these host CPUs, a taskset(1) list such as "1" or
+	// "0-1", for measurements that must not move between cores.
+	HostCPUs string
 }
 
 // VM is a running QEMU guest.
@@ -152,8 +160,12 @@ var cacheModes = map[string]struct{ direct, noFlush, writeCache bool }{
 // driveArg is the -drive option for a disk, in the spelling a hand-started
 // QEMU uses, which the exporter's /proc scanner parses.
 func (d DiskConfig) driveArg() string {
-	return fmt.Sprintf("file=%s,if=none,id=drive-%s,format=%s,cache=%s,aio=%s,discard=%s",
+	arg := fmt.Sprintf("file=%s,if=none,id=drive-%s,format=%s,cache=%s,aio=%s,discard=%s",
 		d.File, d.ID, d.Format, d.Cache, d.AIO, d.Discard)
+	if d.ReadOnly {
+		arg += ",readonly=on"
+	}
+	return arg
 }
 
 func (d DiskConfig) deviceArg() string {
@@ -246,6 +258,11 @@ func StartVM(ctx context.Context, kit *Kit, cfg VMConfig) (*VM, error) {
 	if _, err := exec.LookPath(qemuBinary); err != nil {
 		return nil, fmt.Errorf("start vm %s: %s not found (apt-get install qemu-system-x86): %w", cfg.Name, qemuBinary, err)
 	}
+	if cfg.HostCPUs != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return nil, fmt.Errorf("start vm %s: taskset not found (apt-get install util-linux): %w", cfg.Name, err)
+		}
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start vm %s: create dir: %w", cfg.Name, err)
 	}
@@ -306,7 +323,13 @@ func (vm *VM) launch(kit *Kit, qmpPath string) error {
 		ctlW.Close()
 		return fmt.Errorf("create control pipe: %w", err)
 	}
-	cmd := exec.Command(qemuBinary, qemuArgs(kit, vm.cfg, qmpPath, vm.Console)...)
+	name, args := qemuBinary, qemuArgs(kit, vm.cfg, qmpPath, vm.Console)
+	if vm.cfg.HostCPUs != "" {
+		// taskset execs QEMU, so the process (and its pid) is QEMU's, and
+		// every thread QEMU starts inherits the affinity.
+		name, args = "taskset", append([]string{"-c", vm.cfg.HostCPUs, qemuBinary}, args...)
+	}
+	cmd := exec.Command(name, args...)
 	cmd.Stdin = ctlR
 	cmd.Stdout = outW
 	cmd.Stderr = logf
@@ -387,11 +410,11 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(%v)\n", err)
 	}
-	return tailString(string(b), n) + "\n"
+	return Tail(string(b), n) + "\n"
 }
 
-// tailString returns the last n lines of s.
-func tailString(s string, n int) string {
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

@@ -169,6 +169,23 @@ func ParseMetrics(text []byte) (map[string]*dto.MetricFamily, error) {
 	return fams, nil
 }
 
+// EachSeries calls fn with the labels and sample of every series of the
+// family name in fams (parsed with ParseMetrics); a missing family calls
+// nothing.
+func EachSeries(fams map[string]*dto.MetricFamily, name string, fn func(labels map[string]string, m *dto.Metric)) {
+	f := fams[name]
+	if f == nil {
+		return
+	}
+	for _, m := range f.GetMetric() {
+		labels := make(map[string]string, len(m.GetLabel()))
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		fn(labels, m)
+	}
+}
+
 // Snapshot scrapes and returns the counters of the disk whose image is
 // sourceFile.
 func (e *Exporter) Snapshot(ctx context.Context, sourceFile string) (Snapshot, error) {

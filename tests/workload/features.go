@@ -61,19 +61,11 @@ func ReadDisk(fams map[string]*dto.MetricFamily, sourceFile string, t time.Time)
 		GuestBytes:     map[string]float64{},
 	}
 	each := func(name string, fn func(l map[string]string, m *dto.Metric)) {
-		f := fams[name]
-		if f == nil {
-			return
-		}
-		for _, m := range f.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
+		EachSeries(fams, name, func(l map[string]string, m *dto.Metric) {
 			if l["source_file"] == sourceFile {
 				fn(l, m)
 			}
-		}
+		})
 	}
 	each("fspair_disk_info", func(l map[string]string, _ *dto.Metric) { s.Info = l })
 	if s.Info == nil {

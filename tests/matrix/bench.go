@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fspair/fspair/tests/lab"
+)
+
+// The overhead bench: what a tracer costs the I/O it watches and every
+// other system call, inside a one-vCPU guest on one of the matrix's
+// kernels, QEMU pinned to one host core so the guest's CPU is one core's
+// worth and nothing else of the guest runs beside it. Variants: no tracer,
+// fspair_exporter following the file in each probe mode, and libbpf-tools'
+// biolatency + biopattern + bitesize together (what a site runs without
+// fspair). Every round runs every variant, in an order rotated by one each
+// round, so drift (page cache, TCG code cache, the host's other load) falls
+// on all of them alike; medians over the rounds.
+
+// benchWorkload is one fio run of the bench.
+type benchWorkload struct {
+	Name string
+	What string // for the report
+	Args []string
+}
+
+// benchFile is the bench's file: a 256 MiB ext4 file in the guest.
+const (
+	benchFile    = "/mnt/ext4/bench.dat"
+	benchFileMiB = 256
+	benchConfig  = "cells/bench.yml"
+)
+
+// benchWorkloads are 4 KiB psync random I/O on benchFile: writes into the
+// page cache, reads from the page cache (the file was read whole before the
+// first round and stays cached), reads with O_DIRECT from the device.
+func benchWorkloads(runtime time.Duration) []benchWorkload {
+	common := func(rw string, direct int) []string {
+		return []string{"--name=bench", "--filename=" + benchFile, "--size=" + fmt.Sprint(benchFileMiB) + "m",
+			"--rw=" + rw, "--bs=4k", "--ioengine=psync", fmt.Sprintf("--direct=%d", direct), "--invalidate=0",
+			"--norandommap", "--randrepeat=0", "--time_based", fmt.Sprintf("--runtime=%ds", int(runtime.Seconds()))}
+	}
+	return []benchWorkload{
+		{"randwrite-cached", "4 KiB random writes into the page cache", common("randwrite", 0)},
+		{"randread-cached", "4 KiB random reads from the page cache", common("randread", 0)},
+		{"randread-direct", "4 KiB random reads, O_DIRECT", common("randread", 1)},
+	}
+}
+
+// variantLibbpf is the libbpf-tools variant's name; "none" runs no tracer;
+// the others are probe modes of the exporter.
+const (
+	variantNone    = "none"
+	variantLibbpf  = "libbpf-tools"
+	getppidMetric  = "getppid"
+	libbpfWaitTime = 3 * time.Minute
+)
+
+// BenchOptions configure the overhead bench.
+type BenchOptions struct {
+	Kernel       string
+	Variants     []string // none, probe modes, libbpf-tools
+	Rounds       int
+	Runtime      time.Duration
+	GetppidCalls int
+	HostCPU      string
+	MemMiB       int
+	Out          string
+	Lock         string
+	CacheDir     string
+	Command      string
+}
+
+// BenchResult holds every sample: Samples[variant][metric] in round order
+// (metrics: the workloads' names, in IOPS, and getppid in ns per call).
+type BenchResult struct {
+	Options BenchOptions
+	Release string
+	Started time.Time     // when the measurement started (the lab lock held)
+	Took    time.Duration // from the build of the data disk to the end
+	Waited  time.Duration // of that, waiting for the lab lock
+	Samples map[string]map[string][]float64
+	Order   [][]string // the variants' order in each round
+}
+
+func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
+	fs := flag.NewFlagSet("matrix bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o BenchOptions
+	var variants string
+	first := ""
+	if k := kernelsFromEnv(); len(k) > 0 {
+		first = k[0]
+	}
+	fs.StringVar(&o.Kernel, "kernel", first, "Debian kernel package (default: the first of $FSPAIR_MATRIX_KERNELS)")
+	fs.StringVar(&variants, "variants", variantNone+","+strings.Join(DefaultModes, ",")+","+variantLibbpf,
+		`tracers to compare: "none", probe modes of fspair_exporter ("current" passes no mode flag), "libbpf-tools"`)
+	fs.IntVar(&o.Rounds, "rounds", 5, "rounds; each runs every variant, in an order rotated by one each round")
+	fs.DurationVar(&o.Runtime, "runtime", 10*time.Second, "fio runtime of each workload")
+	fs.IntVar(&o.GetppidCalls, "getppid-calls", 1000000, "getppid(2) calls timed in each variant and round")
+	fs.StringVar(&o.HostCPU, "host-cpu", "1", "host CPU QEMU is pinned to (taskset -c)")
+	fs.IntVar(&o.MemMiB, "mem-mib", 2048, "guest memory")
+	fs.StringVar(&o.Out, "out", "bench/results-kernel.txt", "results file")
+	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock (empty: none; do not run under flock on the same file)")
+	fs.StringVar(&o.CacheDir, "cache", lab.DefaultCacheDir(), "kit cache")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.Variants = list(variants)
+	o.Command = "go run ./tests/matrix bench " + strings.Join(quoteArgs(args), " ")
+	var errs []error
+	if o.Kernel == "" {
+		errs = append(errs, errors.New("no kernel: give -kernel or FSPAIR_MATRIX_KERNELS (make sets it from MATRIX_KERNELS)"))
+	}
+	if !slices.Contains(o.Variants, variantNone) {
+		errs = append(errs, errors.New(`the variants must include "none": ratios are to it`))
+	}
+	if o.Rounds < 1 || o.Runtime < time.Second || o.GetppidCalls < 1 {
+		errs = append(errs, errors.New("rounds, runtime (>= 1s) and getppid calls must be positive"))
+	}
+	if n, err := strconv.Atoi(o.HostCPU); err != nil || n < 0 || n >= runtime.NumCPU() {
+		errs = append(errs, fmt.Errorf("host CPU %q: want one CPU number below %d", o.HostCPU, runtime.NumCPU()))
+	}
+	return o, errors.Join(errs...)
+}
+
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseBenchOptions(args, stderr)
+	if code, done := flagExit(err, stderr, "matrix bench"); done {
+		return code
+	}
+	res, err := RunBench(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "matrix bench: %v\n", err)
+		return 1
+	}
+	text := res.Text()
+	fmt.Fprint(stdout, text)
+	if err := os.WriteFile(o.Out, []byte(text), 0o644); err != nil {
+		fmt.Fprintf(stderr, "matrix bench: write results: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "matrix bench: results in %s\n", o.Out)
+	return 0
+}
+
+// RunBench runs the overhead bench.
+func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the bench boots a guest and needs root")
+	}
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(logw, "bench: [%7.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	work, err := os.MkdirTemp("/var/tmp", "fspair-matrix-bench.")
+	if err != nil {
+		return nil, fmt.Errorf("create work dir: %w", err)
+	}
+	defer os.RemoveAll(work)
+	p, err := NewPayload(ctx, work, benchTools, logf)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.buildGetppid(ctx); err != nil {
+		return nil, err
+	}
+	cfg := configYAML([]trackedFile{{Domain: "bench", File: benchFile, Cache: "writeback", AIO: "threads"}})
+	if err := p.WriteFile(benchConfig, []byte(cfg)); err != nil {
+		return nil, err
+	}
+	data, err := p.Make(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	waitStart := time.Now()
+	unlock, err := lab.Lock(ctx, o.Lock, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	waited := time.Since(waitStart)
+	l, err := lab.NewFor(ctx, "", o.CacheDir, o.Kernel, prefixLog{logw, "bench:   "})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			logf("tear down lab: %v", err)
+		}
+	}()
+	g, err := bootGuest(ctx, l, guestConfig{FS: []string{"ext4"}, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, Data: data})
+	if err != nil {
+		return nil, err
+	}
+	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s", g.Release, o.HostCPU)
+	if err := g.layOut(ctx, benchFile, benchFileMiB); err != nil {
+		return nil, err
+	}
+	// The cached-read workload reads a file the page cache holds whole.
+	if _, err := g.VM.RunOK(ctx, "cat "+benchFile+" >/dev/null && grep -E '^(Cached|MemFree)' /proc/meminfo"); err != nil {
+		return nil, fmt.Errorf("read %s into the page cache: %w", benchFile, err)
+	}
+
+	res := &BenchResult{Options: o, Release: g.Release, Started: time.Now().UTC(), Waited: waited, Samples: map[string]map[string][]float64{}}
+	workloads := benchWorkloads(o.Runtime)
+	for round := 0; round < o.Rounds; round++ {
+		order := rotate(o.Variants, round)
+		res.Order = append(res.Order, order)
+		for _, v := range order {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			stop, err := startVariant(ctx, g, v)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
+			}
+			var line []string
+			for _, w := range workloads {
+				r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
+				if err != nil {
+					_ = stop()
+					return nil, fmt.Errorf("round %d, %s, %s: %w", round+1, v, w.Name, err)
+				}
+				iops := r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+				res.add(v, w.Name, iops)
+				line = append(line, fmt.Sprintf("%s %.0f IOPS", w.Name, iops))
+			}
+			ns, err := g.getppid(ctx, o.GetppidCalls)
+			if err != nil {
+				_ = stop()
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
+			}
+			res.add(v, getppidMetric, ns)
+			line = append(line, fmt.Sprintf("getppid %.1f ns", ns))
+			if err := stop(); err != nil {
+				return nil, fmt.Errorf("round %d, stop %s: %w", round+1, v, err)
+			}
+			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, strings.Join(line, ", "))
+		}
+	}
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+func (r *BenchResult) add(variant, metric string, v float64) {
+	if r.Samples[variant] == nil {
+		r.Samples[variant] = map[string][]float64{}
+	}
+	r.Samples[variant][metric] = append(r.Samples[variant][metric], v)
+}
+
+// rotate returns s rotated left by n.
+func rotate(s []string, n int) []string {
+	n %= len(s)
+	return append(append([]string{}, s[n:]...), s[:n]...)
+}
+
+// startVariant starts a variant's tracer in the guest and returns what
+// stops it. "none" starts nothing.
+func startVariant(ctx context.Context, g *Guest, v string) (func() error, error) {
+	switch v {
+	case variantNone:
+		return func() error { return nil }, nil
+	case variantLibbpf:
+		return startLibbpfTools(ctx, g)
+	default:
+		exp, err := g.startExporter(ctx, guestPath(benchConfig), v, []string{benchFile}, 3*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			_, err := exp.stop(context.WithoutCancel(ctx))
+			return err
+		}, nil
+	}
+}
+
+// startLibbpfTools starts biolatency, biopattern and bitesize in the guest
+// and waits until each has attached its programs and sleeps in its main
+// loop (clock_nanosleep, system call 230 on x86-64, or nanosleep, 35, in
+// /proc/PID/syscall, with a BPF link or program among its descriptors).
+// Their "Tracing ..." line is no sign: stdout into a file is block
+// buffered, so it shows only at exit.
+func startLibbpfTools(ctx context.Context, g *Guest) (func() error, error) {
+	stop := func() error {
+		_, err := g.VM.RunOK(context.WithoutCancel(ctx), libbpfStopScript("/tmp"))
+		return err
+	}
+	if _, err := g.VM.RunOK(ctx, libbpfStartScript(guestPath(envFile), "/tmp")); err != nil {
+		return nil, errors.Join(fmt.Errorf("start libbpf-tools: %w", err), stop())
+	}
+	return stop, nil
+}
+
+// libbpfStartScript starts the tools and waits for them (startLibbpfTools),
+// after sourcing env (when not empty), with their pid and output files in
+// dir.
+func libbpfStartScript(env, dir string) string {
+	var sh strings.Builder
+	if env != "" {
+		fmt.Fprintf(&sh, ". %s\n", env)
+	}
+	fmt.Fprintf(&sh, "cd %s\n", dir)
+	for _, t := range benchTools {
+		// interval 3600, count 1: they print nothing until stopped.
+		fmt.Fprintf(&sh, "%[1]s 3600 1 </dev/null >%[1]s.out 2>&1 &\necho $! >%[1]s.pid\n", t)
+	}
+	sh.WriteString(`ready() { # pid
+	read -r nr _ </proc/$1/syscall 2>/dev/null || return 1
+	[ "$nr" = 230 ] || [ "$nr" = 35 ] || return 1
+	ls -l /proc/$1/fd 2>/dev/null | grep -qE 'bpf[-_](link|prog)'
+}
+`)
+	fmt.Fprintf(&sh, "end=$(( $(date +%%s) + %d ))\nwhile :; do\n\tok=1\n", int(libbpfWaitTime.Seconds()))
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "\tkill -0 $(cat %[1]s.pid) 2>/dev/null || { echo '%[1]s exited:'; cat %[1]s.out; exit 3; }\n", t)
+		fmt.Fprintf(&sh, "\tready $(cat %s.pid) || ok=0\n", t)
+	}
+	fmt.Fprintf(&sh, "\t[ $ok = 1 ] && exit 0\n\t[ $(date +%%s) -ge $end ] && { echo 'libbpf-tools did not attach in %s'; for f in *.pid; do echo \"$f: $(cat /proc/$(cat $f)/syscall)\"; done; exit 4; }\n\tsleep 0.2\ndone\n", libbpfWaitTime)
+	return sh.String()
+}
+
+// libbpfStopScript stops the tools started with their files in dir
+// (SIGINT, SIGKILL after 10 seconds).
+func libbpfStopScript(dir string) string {
+	var sh strings.Builder
+	fmt.Fprintf(&sh, "cd %s\n", dir)
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "kill -INT $(cat %[1]s.pid) 2>/dev/null\n", t)
+	}
+	for _, t := range benchTools {
+		fmt.Fprintf(&sh, "i=0; while kill -0 $(cat %[1]s.pid) 2>/dev/null; do i=$((i+1)); [ $i = 100 ] && kill -9 $(cat %[1]s.pid); sleep 0.1; done\nrm -f %[1]s.pid\n", t)
+	}
+	return sh.String()
+}
+
+// getppid runs the static getppid loop and returns its ns per call.
+func (g *Guest) getppid(ctx context.Context, calls int) (float64, error) {
+	out, err := g.VM.RunOK(ctx, fmt.Sprintf("%s %d", guestPath(getppidBin), calls))
+	if err != nil {
+		return 0, err
+	}
+	ns, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+	if err != nil {
+		return 0, fmt.Errorf("getppid printed %q: %w", out, err)
+	}
+	return ns, nil
+}
+
+// median of the values (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64{}, v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Text is the results file: how it was run, the Markdown table of medians
+// and ratios to no tracer, and every sample.
+func (r *BenchResult) Text() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	o := r.Options
+	w("# fspair kernel overhead bench %s\n", r.Started.Format(time.RFC3339))
+	w("# guest: %s (%s), 1 vCPU (TCG), %d MiB, QEMU pinned to host CPU %s; host: %d cores, kernel %s\n",
+		r.Release, o.Kernel, o.MemMiB, o.HostCPU, runtime.NumCPU(), hostKernel())
+	w("# fio psync 4 KiB on a %d MiB ext4 file, %s per run; getppid: %d calls per run; %d rounds, variant order rotated each round; medians\n",
+		benchFileMiB, o.Runtime, o.GetppidCalls, o.Rounds)
+	w("# command: %s (took %s, of which %s waiting for the lab lock)\n\n", o.Command, r.Took.Round(time.Second), r.Waited.Round(time.Second))
+	metrics := []string{}
+	heads := []string{}
+	for _, wl := range benchWorkloads(o.Runtime) {
+		metrics = append(metrics, wl.Name)
+		heads = append(heads, wl.What+" IOPS")
+	}
+	metrics = append(metrics, getppidMetric)
+	heads = append(heads, "getppid ns/call")
+	w("| variant |")
+	for _, h := range heads {
+		w(" %s | ratio |", h)
+	}
+	w("\n|---|%s\n", strings.Repeat("---:|---:|", len(heads)))
+	for _, v := range o.Variants {
+		w("| %s |", v)
+		for _, m := range metrics {
+			med, base := median(r.Samples[v][m]), median(r.Samples[variantNone][m])
+			ratio := "-"
+			if base > 0 {
+				ratio = fmt.Sprintf("%.3f", med/base)
+			}
+			if m == getppidMetric {
+				w(" %.1f | %s |", med, ratio)
+			} else {
+				w(" %.0f | %s |", med, ratio)
+			}
+		}
+		w("\n")
+	}
+	w("\nratio: the variant's median over no tracer's, from this run (IOPS: below 1 is a cost; getppid: above 1 is a cost).\n\n")
+	for i, order := range r.Order {
+		w("# round %d order: %s\n", i+1, strings.Join(order, " "))
+	}
+	for _, v := range o.Variants {
+		for _, m := range metrics {
+			var vals []string
+			for _, x := range r.Samples[v][m] {
+				vals = append(vals, strconv.FormatFloat(x, 'f', 1, 64))
+			}
+			w("# samples %s %s: %s\n", v, m, strings.Join(vals, " "))
+		}
+	}
+	return b.String()
+}
+
+func hostKernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
