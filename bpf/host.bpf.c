@@ -612,6 +612,9 @@ int host_btrfs_commit(u64 *ctx)
 	struct btrfs_fs_info *fs = (void *)ctx[0];
 	struct btrfs_fsid id = {};
 
+	/* v6.12's verifier refuses arithmetic on a trusted pointer that may be NULL. */
+	if (!fs)
+		return 0;
 	bpf_probe_read_kernel(&id, sizeof(id), BPF_CORE_READ(fs, fs_devices)->fsid);
 	count_commit(bpf_map_lookup_elem(&btrfs_devices, &id));
 	return 0;
@@ -632,11 +635,15 @@ int host_btrfs_ordered(u64 *ctx)
 {
 	struct btrfs_inode *bi = (void *)ctx[0];
 	struct btrfs_ordered_extent *oe = (void *)ctx[1];
-	u64 inode = (u64)&bi->vfs_inode;
-	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	struct image_device_counters *ic;
-	u64 flags, len;
+	u64 flags, len, inode;
+	u32 *slot;
 
+	/* v6.12's verifier refuses arithmetic on a trusted pointer that may be NULL. */
+	if (!bi || !oe)
+		return 0;
+	inode = (u64)&bi->vfs_inode;
+	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	if (!slot)
 		return 0;
 	ic = bpf_map_lookup_elem(&image_device_stats, slot);

@@ -119,7 +119,7 @@ func compare(fio map[string][2]uint64, before, after Reading, file string, e Eng
 		b, badBytes := delta(before.Bytes[k], after.Bytes[k])
 		ops = append(ops, OpCount{
 			Op: op, FioRequests: fio[op][0], FioBytes: fio[op][1], Requests: req, Bytes: b,
-			Unfollowed:           after.unfollowed(file, op, e.Path()),
+			Unfollowed:           after.unfollowed(file, op),
 			NegativeOrFractional: badReq || badBytes,
 		})
 	}

@@ -294,7 +294,7 @@ const (
 //
 // cpus > 0 takes the guest's other CPUs offline for the run (cpus 1: only
 // CPU 0): see Options.ProbeCPUs.
-func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, cpus int, timeout time.Duration) ProbeRun {
+func (g *Guest) runProbeTests(ctx context.Context, fs, mode, runRE string, cpus int, timeout time.Duration) ProbeRun {
 	start := time.Now()
 	run := ProbeRun{FS: fs}
 	out := "/tmp/probe-" + fs + ".out"
@@ -310,7 +310,7 @@ func (g *Guest) runProbeTests(ctx context.Context, fs, mode string, cpus int, ti
 	sh := fmt.Sprintf(`. %[1]s
 cd /tmp
 rm -f %[2]s
-( TMPDIR=%[3]s FSPAIR_PROBE_MODE=%[4]s %[5]s -test.v -test.count=1 -test.timeout=%[6]s >%[2]s 2>&1; echo "%[7]s$?" >>%[2]s ) </dev/null >/dev/null 2>&1 &
+( TMPDIR=%[3]s FSPAIR_PROBE_MODE=%[4]s %[5]s -test.v -test.count=1 -test.timeout=%[6]s %[10]s >%[2]s 2>&1; echo "%[7]s$?" >>%[2]s ) </dev/null >/dev/null 2>&1 &
 end=$(( $(date +%%s) + %[8]d ))
 while ! grep -q '^%[7]s' %[2]s 2>/dev/null; do
 	if [ $(date +%%s) -ge $end ]; then
@@ -331,7 +331,7 @@ while ! grep -q '^%[7]s' %[2]s 2>/dev/null; do
 done
 cat %[2]s
 `, guestPath(envFile), out, mountPoint(fs), mode, guestPath(probeTestBin), timeout, probeExitMarker,
-		int((timeout + grace).Seconds()), probeHungMarker)
+		int((timeout + grace).Seconds()), probeHungMarker, runFlag(runRE))
 	rctx, cancel := context.WithTimeout(ctx, timeout+grace+2*time.Minute)
 	defer cancel()
 	text, err := g.VM.RunOK(rctx, sh)
@@ -386,4 +386,13 @@ func lastRun(out string) string {
 		}
 	}
 	return name
+}
+
+// runFlag is the probe test binary's -test.run for re, shell-quoted, or
+// nothing for every test.
+func runFlag(re string) string {
+	if re == "" {
+		return ""
+	}
+	return "-test.run '" + strings.ReplaceAll(re, "'", `'\''`) + "'"
 }

@@ -39,6 +39,10 @@ type Options struct {
 	FS      []string
 	Engines []Engine
 	ProbeFS []string // file systems the probe test binary runs on
+	// ProbeRun, when set, is the probe test binary's -test.run: the CI
+	// subset runs the request tests and leaves out those that make file
+	// systems of their own on loop devices (minutes under TCG).
+	ProbeRun string
 	// ProbeCPUs is how many of the guest's CPUs stay online while the
 	// probe test binary runs (0: all). 1 by default: with two vCPUs, 3
 	// of 5 runs of it on 6.1 here left the guest stuck, twice with the
@@ -404,7 +408,7 @@ func (r *runner) runMode(ctx context.Context, g *Guest, k *KernelResult, m *Mode
 			return nil
 		}
 		r.logf("%s %s: probe tests on %s", k.name(), m.Mode, fs)
-		p := g.runProbeTests(ctx, fs, m.Mode, r.o.ProbeCPUs, r.o.ProbeTimeout)
+		p := g.runProbeTests(ctx, fs, m.Mode, r.o.ProbeRun, r.o.ProbeCPUs, r.o.ProbeTimeout)
 		m.Probe = append(m.Probe, p)
 		r.saveLog(fmt.Sprintf("%s-%s-probe-%s.log", k.name(), m.Mode, fs), p.Output)
 		k.Timing = append(k.Timing, Timing{Part: fmt.Sprintf("%s: probe tests on %s", m.Mode, fs), Seconds: p.Seconds})

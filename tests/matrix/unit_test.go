@@ -62,9 +62,12 @@ fspair_disk_requests_total{domain="m",op="flush",source_file="/mnt/ext4/matrix-p
 fspair_disk_requests_total{domain="m",op="read",source_file="/mnt/xfs/matrix-psync.dat",target_device="vdc",uuid="v"} 1e6
 fspair_disk_bytes_total{domain="m",op="read",source_file="/mnt/ext4/matrix-psync.dat",target_device="vdb",uuid="u"} 409600
 fspair_disk_bytes_total{domain="m",op="write",source_file="/mnt/ext4/matrix-psync.dat",target_device="vdb",uuid="u"} 204800
-fspair_disk_unfollowed{op="flush",path="io_uring"} 1
-fspair_disk_unfollowed{op="read",path="io_uring"} 0
-fspair_disk_unfollowed{op="write",path="linux_aio",source_file="/mnt/xfs/matrix-libaio.dat"} 1
+fspair_disk_unfollowed{op="flush",path="syscall",measure="requests",source_file="/mnt/ext4/matrix-psync.dat"} 1
+fspair_disk_unfollowed{op="write",path="io_uring"} 1
+fspair_disk_unfollowed{op="read",path="io_uring",measure="requests"} 0
+fspair_disk_unfollowed{op="write",path="linux_aio",measure="requests",source_file="/mnt/xfs/matrix-libaio.dat"} 1
+fspair_disk_unfollowed{op="read",path="syscall_buffered",measure="latency",source_file="/mnt/xfs/matrix-psync.dat"} 1
+fspair_disk_unfollowed{op="flush",path="syscall",measure="flush_cost",source_file="/mnt/xfs/matrix-psync.dat"} 1
 fspair_probe_attached{program="pread_enter"} 1
 fspair_probe_attached{program="iomap_dio_begin"} 0
 `
@@ -85,33 +88,48 @@ func TestParseReading(t *testing.T) {
 		t.Errorf("attached: %v", r.Attached)
 	}
 	for _, c := range []struct {
-		file, op, path string
-		want           bool
+		file, op string
+		want     bool
 	}{
-		{f, "flush", "io_uring", true}, // no source_file: every disk
-		{f, "read", "io_uring", false}, // 0 is followed
-		{f, "flush", "linux_aio", false},
-		{"/mnt/xfs/matrix-libaio.dat", "write", "linux_aio", true},
-		{"/mnt/ext4/matrix-libaio.dat", "write", "linux_aio", false}, // another disk's
+		{f, "flush", true},
+		{f, "read", false}, // 0 is followed
+		{f, "write", true}, // no source_file (nor measure): every disk
+		{"/mnt/xfs/matrix-libaio.dat", "write", true},
+		{"/mnt/xfs/matrix-psync.dat", "read", false},    // counted, untimed: compared
+		{"/mnt/xfs/matrix-psync.dat", "flush", false},   // counted, its device cost not: compared
+		{"/mnt/ext4/matrix-libaio.dat", "flush", false}, // another disk's
 	} {
-		if got := r.unfollowed(c.file, c.op, c.path); got != c.want {
-			t.Errorf("unfollowed(%s, %s, %s) = %v", c.file, c.op, c.path, got)
+		if got := r.unfollowed(c.file, c.op); got != c.want {
+			t.Errorf("unfollowed(%s, %s) = %v", c.file, c.op, got)
 		}
 	}
 }
 
 func TestCompare(t *testing.T) {
-	before, err := parseReading([]byte(exposition))
+	// The exposition without its fspair_disk_unfollowed series: every path followed.
+	var clean []string
+	for _, l := range strings.SplitAfter(exposition, "\n") {
+		if !strings.HasPrefix(l, "fspair_disk_unfollowed") {
+			clean = append(clean, l)
+		}
+	}
+	text := strings.Join(clean, "")
+	bump := strings.NewReplacer("} 100\n", "} 110\n", "} 409600\n", "} 450560\n", "} 7\n", "} 9\n")
+	before, err := parseReading([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := parseReading([]byte(strings.NewReplacer("} 100\n", "} 110\n", "} 409600\n", "} 450560\n", "} 7\n", "} 9\n").Replace(exposition)))
-	if err != nil {
-		t.Fatal(err)
+	reading := func(extra string) Reading {
+		r, err := parseReading([]byte(bump.Replace(text) + extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 	fio := map[string][2]uint64{"read": {10, 40960}, "write": {0, 0}, "flush": {3, 0}}
 	psync, _ := engineByName("psync")
-	ops := compare(fio, before, after, "/mnt/ext4/matrix-psync.dat", psync)
+	file := "/mnt/ext4/matrix-psync.dat"
+	ops := compare(fio, before, reading(""), file, psync)
 	want := []OpCount{
 		{Op: "read", FioRequests: 10, FioBytes: 40960, Requests: 10, Bytes: 40960},
 		{Op: "write"},
@@ -123,10 +141,16 @@ func TestCompare(t *testing.T) {
 	if s, text := verdict(ops); s != StatusDiff || text != "DIFF flush 2/3" {
 		t.Errorf("verdict %s %q", s, text)
 	}
-	uring, _ := engineByName("io_uring")
-	ops = compare(fio, before, after, "/mnt/ext4/matrix-psync.dat", uring)
+	// The exporter says its flushes are not followed (on the flush's own
+	// path, syscall, not the engine's): said so.
+	ops = compare(fio, before, reading(`fspair_disk_unfollowed{op="flush",path="syscall",measure="requests",source_file="`+file+`"} 1`+"\n"), file, psync)
 	if s, text := verdict(ops); s != StatusSaidSo || text != "not followed (said so): flush" {
-		t.Errorf("io_uring path: verdict %s %q", s, text)
+		t.Errorf("flush unfollowed: verdict %s %q", s, text)
+	}
+	// Counted but untimed, or their device cost unseen: still compared.
+	ops = compare(fio, before, reading(`fspair_disk_unfollowed{op="flush",path="syscall",measure="latency",source_file="`+file+`"} 1`+"\n"), file, psync)
+	if s, text := verdict(ops); s != StatusDiff || text != "DIFF flush 2/3" {
+		t.Errorf("flush untimed: verdict %s %q", s, text)
 	}
 }
 
