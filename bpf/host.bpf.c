@@ -65,6 +65,7 @@ enum kind {
 #define REQ_OP_WRITE 1
 #define REQ_OP_FLUSH 2
 #define REQ_OP_DISCARD 3
+#define REQ_OP_WRITE_ZEROES 9
 /* Flag bits relocated against the running kernel's enum req_flag_bits. */
 #define REQ_FLAG(bit) (1U << bpf_core_enum_value(enum req_flag_bits, bit))
 /* include/uapi/linux/stat.h */
@@ -477,14 +478,24 @@ int host_rq_complete(u64 *ctx)
 		inc(&dc->discard_bytes, nr_bytes);
 		return 0;
 	}
-	if (op != REQ_OP_READ && op != REQ_OP_WRITE)
+	if (op != REQ_OP_READ && op != REQ_OP_WRITE && op != REQ_OP_WRITE_ZEROES)
 		return 0;
 	/* An empty write carries a flush through the flush machinery, never issued itself. */
 	if (!rq->__data_len)
 		return 0;
-	dir = op;
 	last = nr_bytes >= rq->__data_len;
-	kind = bounded(classify(rq, &owner, last), KIND_SLOTS - 1);
+	if (op == REQ_OP_WRITE_ZEROES) {
+		/*
+		 * Zeroing without a payload (ext4's lazy inode table init, zeroed
+		 * extents): written, as the device's own statistics count it, and
+		 * with no page to say whose, metadata or other.
+		 */
+		dir = REQ_OP_WRITE;
+		kind = (rq->cmd_flags & REQ_FLAG(__REQ_META)) ? KIND_METADATA : KIND_OTHER;
+	} else {
+		dir = op;
+		kind = bounded(classify(rq, &owner, last), KIND_SLOTS - 1);
+	}
 	if (kind >= KIND_MAX)
 		return 0;
 	inc(&dc->bytes[kind][dir], nr_bytes);
