@@ -24,7 +24,7 @@ var ciModes = []string{"fentry"}
 // devices (TestHostDeviceAttribution, TestCacheAndFlushCost,
 // TestBtrfsSubvolumeImage, TestLinuxAIOXFSRetry: minutes under TCG; they
 // run on the host in make test and in the guests in make matrix).
-const ciProbeTests = `^Test(Modes|ProgramTable|ProgramsAttach|OperationsCounted|SequentialAndRandom|FlushEpochs|UntrackStopsCounting|DeniedProgramDegrades|LinuxAIO|SeekBuckets)$`
+const ciProbeTests = `^Test(Modes|ProgramTable|ProgramsAttach|OperationsCounted|SequentialAndRandom|FlushEpochs|UntrackStopsCounting|DeniedProgramDegrades|LinuxAIO|SeekBuckets|OwnRequestsNotCounted)$`
 
 // TestMatrixCI is the kernel matrix's CI subset, run by make test's
 // lab-test: the first kernel of FSPAIR_MATRIX_KERNELS (the Makefile's

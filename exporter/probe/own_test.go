@@ -1,0 +1,116 @@
+package probe
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// ownIOEnv makes the test binary, run again as a child, play another process:
+// it does ownIOCount reads and writes of 4 KiB on the file it names, opened
+// with the cache mode ownIOCacheEnv names, and exits.
+const (
+	ownIOEnv      = "FSPAIR_PROBE_OWN_IO_FILE"
+	ownIOCacheEnv = "FSPAIR_PROBE_OWN_IO_CACHE"
+	ownIOCount    = 6
+)
+
+// ownIO writes then reads n blocks of 4 KiB at offsets from base on fd.
+func ownIO(fd int, buf []byte, base int64, n int) error {
+	for i := 0; i < n; i++ {
+		if _, err := unix.Pwrite(fd, buf[:4096], base+int64(i)*4096); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, err := unix.Pread(fd, buf[:4096], base+int64(i)*4096); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestOwnIOChild is the child side of TestOwnRequestsNotCounted: it does
+// nothing unless run by it.
+func TestOwnIOChild(t *testing.T) {
+	path := os.Getenv(ownIOEnv)
+	if path == "" {
+		return
+	}
+	fd := openAs(t, path, os.Getenv(ownIOCacheEnv))
+	if err := ownIO(fd, alignedBuf(t, 4096), 1<<20, ownIOCount); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOwnRequestsNotCounted: loaded as the exporter loads them, the probes
+// never count the loading process's own requests (the exporter's image
+// checks), even when every process is followed (a disk tracked without a
+// VMM pid); another process's requests on the same file are counted.
+func TestOwnRequestsNotCounted(t *testing.T) {
+	forModes(t, func(t *testing.T, m Mode) {
+		p, err := Load(Options{Mode: m})
+		if err != nil {
+			t.Fatalf("load probes in mode %s: %v", m, err)
+		}
+		t.Cleanup(func() { p.Close() })
+		f := trackFile(t, p, filepath.Join(t.TempDir(), "disk.img"), 3)
+		if err := f.Truncate(16 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetProcesses(nil, true); err != nil {
+			t.Fatal(err)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		followed := 0
+		for _, cache := range []string{"writeback", "none"} {
+			rd, _ := coverage(t, p, f.Name(), cache, "threads", "read")
+			wr, _ := coverage(t, p, f.Name(), cache, "threads", "write")
+			if !rd || !wr {
+				t.Logf("mode %s does not follow cache=%s reads and writes here: not checked with it", m, cache)
+				continue
+			}
+			followed++
+			before := counters(t, p)
+			fd := openAs(t, f.Name(), cache)
+			if err := ownIO(fd, alignedBuf(t, 4096), 0, 2*ownIOCount); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Fdatasync(fd); err != nil {
+				t.Fatal(err)
+			}
+			own := counters(t, p)
+			for op := range own.Requests {
+				if own.Requests[op] != before.Requests[op] || own.Bytes[op] != before.Bytes[op] {
+					t.Errorf("cache=%s: the loading process's own requests counted: op %d requests %d -> %d, bytes %d -> %d",
+						cache, op, before.Requests[op], own.Requests[op], before.Bytes[op], own.Bytes[op])
+				}
+			}
+			cmd := exec.Command(self, "-test.run=^TestOwnIOChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), ownIOEnv+"="+f.Name(), ownIOCacheEnv+"="+cache)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("child: %v: %s", err, out)
+			}
+			other := counters(t, p)
+			for op, want := range map[int]uint64{0: ownIOCount, 1: ownIOCount} {
+				got := other.Requests[op] - own.Requests[op]
+				bytes := other.Bytes[op] - own.Bytes[op]
+				if got != want || bytes != want*4096 {
+					t.Errorf("cache=%s: another process's op %d: %d requests, %d bytes counted, want %d, %d",
+						cache, op, got, bytes, want, want*4096)
+				}
+			}
+			t.Logf("cache=%s: own requests counted 0; another process's %d reads and %d writes counted",
+				cache, other.Requests[0]-own.Requests[0], other.Requests[1]-own.Requests[1])
+		}
+		if followed == 0 {
+			t.Skipf("mode %s follows neither cache=writeback nor cache=none reads and writes on %s here (Unfollowed says so)", m, fsOf(t, f.Name()))
+		}
+	})
+}
