@@ -336,8 +336,12 @@ int host_bio_queue(u64 *ctx)
 		return 0;
 	if (t->call.start_ns)
 		call_bio(t, bio, opf);
-	/* Direct I/O bios are tagged here only when their end_io cannot tell. */
-	if (t->dio_owner && !iomap_dio_end_io_fn) {
+	/*
+	 * Direct I/O bios are tagged here only when their end_io cannot tell:
+	 * iomap's own bios name their request, but a file system that submits
+	 * direct I/O its own way (Btrfs: its btrfs_bio, with its end_io) does not.
+	 */
+	if (t->dio_owner && (!iomap_dio_end_io_fn || (u64)bio->bi_end_io != iomap_dio_end_io_fn)) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}
@@ -426,7 +430,8 @@ static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
 	/* Direct I/O pages are the VMM's memory: the bio names its request, or was tagged when queued. */
 	if (iomap_dio_end_io_fn) {
 		*owner = dio_bio_owner(bio);
-		return *owner ? KIND_DATA : KIND_OTHER;
+		if (*owner)
+			return KIND_DATA;
 	}
 	dio = bpf_map_lookup_elem(&bio_owner, &key);
 	if (!dio)
