@@ -338,10 +338,11 @@ int host_bio_queue(u64 *ctx)
 		call_bio(t, bio, opf);
 	/*
 	 * Direct I/O bios are tagged here only when their end_io cannot tell:
-	 * iomap's own bios name their request, but a file system that submits
-	 * direct I/O its own way (Btrfs: its btrfs_bio, with its end_io) does not.
+	 * iomap's own bios name their request (when its address is known), but
+	 * a file system that submits direct I/O its own way (Btrfs: its
+	 * btrfs_bio, with its end_io) does not.
 	 */
-	if (t->dio_owner && (!iomap_dio_end_io_fn || (u64)bio->bi_end_io != iomap_dio_end_io_fn)) {
+	if (t->dio_owner && (u64)bio->bi_end_io != iomap_dio_end_io_fn) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}

@@ -46,20 +46,27 @@ func testFS(t *testing.T, fs string) (dev, dir string) {
 	return loopFS(t, "mkfs."+fs, 512)
 }
 
-// loopFS makes a file system of sizeMiB with mkfs on a loop device and
-// mounts it; the test's cleanup unmounts and detaches it.
-func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
+// loopDevice attaches a sparse file of sizeMiB at backing to a loop device;
+// the test's cleanup detaches it.
+func loopDevice(t *testing.T, backing string, sizeMiB int64) string {
 	t.Helper()
-	dir := t.TempDir()
-	backing := filepath.Join(dir, "fs.img")
 	if err := os.WriteFile(backing, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(backing, sizeMiB<<20); err != nil {
 		t.Fatal(err)
 	}
-	loop = sh(t, "losetup", "-f", "--show", backing)
+	loop := sh(t, "losetup", "-f", "--show", backing)
 	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+	return loop
+}
+
+// loopFS makes a file system of sizeMiB with mkfs on a loop device and
+// mounts it; the test's cleanup unmounts and detaches it.
+func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
+	t.Helper()
+	dir := t.TempDir()
+	loop = loopDevice(t, filepath.Join(dir, "fs.img"), sizeMiB)
 	sh(t, mkfs, "-q", loop)
 	mnt = filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {

@@ -15,6 +15,16 @@ import (
 	bpf "github.com/fspair/fspair/bpf/obj"
 )
 
+// kernelDev is the kernel's dev_t (major << 20 | minor) of a block device node.
+func kernelDev(t *testing.T, node string) uint32 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(node, &st); err != nil {
+		t.Fatal(err)
+	}
+	return uint32(unix.Major(st.Rdev))<<20 | uint32(unix.Minor(st.Rdev))
+}
+
 // sysBlockStat reads sectors read and written from /sys/block/<dev>/stat.
 func sysBlockStat(t *testing.T, dev string) (rd, wr uint64) {
 	t.Helper()
@@ -42,11 +52,7 @@ func TestHostDeviceAttribution(t *testing.T) {
 
 func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 	loop, mnt := testFS(t, fs)
-	var st unix.Stat_t
-	if err := unix.Stat(loop, &st); err != nil {
-		t.Fatal(err)
-	}
-	dev := uint32(unix.Major(st.Rdev))<<20 | uint32(unix.Minor(st.Rdev))
+	dev := kernelDev(t, loop)
 
 	p := load(t, m)
 	img := filepath.Join(mnt, "disk.img")
@@ -127,11 +133,9 @@ func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 	if fs == fsBtrfs {
 		return
 	}
-	for _, g := range p.Unfollowed(fs, "writeback", "threads") {
-		if g.Op == "flush" && (g.Missing == MissingRequests || g.Missing == MissingFlushCost) {
-			t.Logf("mode %s does not follow the flush cost on %s (%s): no flush window to check", m, fs, g.Path)
-			return
-		}
+	if !flushCostFollowed(p, fs, "writeback", "threads") {
+		t.Logf("mode %s does not follow the flush cost on %s: no flush window to check", m, fs)
+		return
 	}
 	var w bpf.DiskFlushWindow
 	if err := p.objs.FlushWindows.Lookup(dev, &w); err != nil {
@@ -284,25 +288,12 @@ func flushCostFollowed(p *Probes, fs, cache, aio string) bool {
 // kind other, as the device's own statistics count it.
 func TestDeviceWriteZeroes(t *testing.T) {
 	forModes(t, func(t *testing.T, m Mode) {
-		backing := filepath.Join(t.TempDir(), "dev.img")
-		if err := os.WriteFile(backing, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(backing, 64<<20); err != nil {
-			t.Fatal(err)
-		}
-		loop := sh(t, "losetup", "-f", "--show", backing)
-		t.Cleanup(func() { sh(t, "losetup", "-d", loop) })
+		loop := loopDevice(t, filepath.Join(t.TempDir(), "dev.img"), 64)
 		name := filepath.Base(loop)
 		zb, _ := os.ReadFile("/sys/block/" + name + "/queue/write_zeroes_max_bytes")
 		t.Logf("%s: write_zeroes_max_bytes %s", name, strings.TrimSpace(string(zb)))
-		var st unix.Stat_t
-		if err := unix.Stat(loop, &st); err != nil {
-			t.Fatal(err)
-		}
-		dev := uint32(unix.Major(st.Rdev))<<20 | uint32(unix.Minor(st.Rdev))
 		p := load(t, m)
-		if err := p.TrackDevice(dev, 0); err != nil {
+		if err := p.TrackDevice(kernelDev(t, loop), 0); err != nil {
 			t.Fatal(err)
 		}
 		_, wr0 := sysBlockStat(t, name)

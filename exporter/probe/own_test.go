@@ -98,12 +98,12 @@ func TestOwnRequestsNotCounted(t *testing.T) {
 				t.Fatalf("child: %v: %s", err, out)
 			}
 			other := counters(t, p)
-			for op, want := range map[int]uint64{0: ownIOCount, 1: ownIOCount} {
+			for op := range 2 { // read, write
 				got := other.Requests[op] - own.Requests[op]
 				bytes := other.Bytes[op] - own.Bytes[op]
-				if got != want || bytes != want*4096 {
-					t.Errorf("cache=%s: another process's op %d: %d requests, %d bytes counted, want %d, %d",
-						cache, op, got, bytes, want, want*4096)
+				if got != ownIOCount || bytes != ownIOCount*4096 {
+					t.Errorf("cache=%s: another process's %s: %d requests, %d bytes counted, want %d, %d",
+						cache, Ops[op], got, bytes, ownIOCount, ownIOCount*4096)
 				}
 			}
 			t.Logf("cache=%s: own requests counted 0; another process's %d reads and %d writes counted",
