@@ -103,17 +103,34 @@ func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 	t.Logf("image: %d/%d requests, %d/%d bytes (read/write)", ic.Requests[0], ic.Requests[1], ic.Bytes[0], ic.Bytes[1])
 	t.Logf("device: data %v metadata %v other %v bytes; flushes %d; /sys/block: read %d written %d",
 		dc.Bytes[0], dc.Bytes[1], dc.Bytes[2], dc.Flushes, rd1-rd0, wr1-wr0)
-	if ic.Bytes[1] != 12<<20 {
-		t.Errorf("image data written to the device: %d bytes, want %d (8 MiB writeback + 4 MiB direct)", ic.Bytes[1], 12<<20)
+	// Btrfs submits its direct I/O bios itself, so they name no request:
+	// they are charged to the image only while the mode follows the direct
+	// call (which marks the thread). Where it does not, Unfollowed says so
+	// for those requests and their device bytes count as other, unless the
+	// kernel turned the direct writes buffered (Btrfs from Linux 6.15),
+	// whose writeback pages are the image's again.
+	directCharged := func(op string) bool {
+		counted, _ := coverage(t, p, img, "none", "threads", op)
+		return fs != fsBtrfs || counted
 	}
-	if ic.Bytes[0] != 4<<20 {
-		t.Errorf("image data read from the device: %d bytes, want %d", ic.Bytes[0], 4<<20)
+	switch {
+	case directCharged("write") && ic.Bytes[1] != 12<<20:
+		t.Errorf("image data written to the device: %d bytes, want %d (8 MiB writeback + 4 MiB direct)", ic.Bytes[1], 12<<20)
+	case !directCharged("write") && ic.Bytes[1] != 8<<20 && ic.Bytes[1] != 12<<20:
+		t.Errorf("image data written to the device: %d bytes, want 8 MiB writeback, plus 4 MiB if the direct writes went buffered", ic.Bytes[1])
+	}
+	wantRead := uint64(0)
+	if directCharged("read") {
+		wantRead = 4 << 20
+	}
+	if ic.Bytes[0] != wantRead {
+		t.Errorf("image data read from the device: %d bytes, want %d (4 MiB direct where charged)", ic.Bytes[0], wantRead)
+	}
+	if uncharged := uint64(12<<20) - min(ic.Bytes[1], 12<<20); dc.Bytes[2][1] < 2<<20+uncharged {
+		t.Errorf("other writes %d, want >= 2 MiB (the other file) + %d (the image's uncharged direct writes)", dc.Bytes[2][1], uncharged)
 	}
 	if dc.Bytes[1][1] == 0 {
 		t.Errorf("no journal/metadata writes on the device")
-	}
-	if dc.Bytes[2][1] < 2<<20 {
-		t.Errorf("other writes %d, want >= 2 MiB (the other file)", dc.Bytes[2][1])
 	}
 	var wr, rd uint64
 	for k := 0; k < 3; k++ {

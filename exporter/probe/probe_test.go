@@ -89,11 +89,13 @@ func operationsCounted(t *testing.T, m Mode, cache string) {
 		t.Fatal(err)
 	}
 	writes, writeBytes, dsync := uint64(12), uint64(10*4096+2048+4096), uint64(1)
-	// A buffered RWF_DSYNC write syncs itself through the file system's
-	// fsync, which the tracepoint mode cannot tell from a flush; QEMU sends
-	// none (it opens the image O_DSYNC for cache=writethrough, a mode the
-	// tracepoint mode reports as unfollowed for flushes).
-	if m == ModeTracepoint && cache == "writeback" {
+	// An RWF_DSYNC write syncs itself through the file system's fsync,
+	// which a mode that does not follow the write as a call (the tracepoint
+	// mode for buffered writes, and for direct ones before Linux 6.3) cannot
+	// tell from a flush; QEMU sends none (it opens the image O_DSYNC for
+	// cache=writethrough, a mode the tracepoint mode reports as unfollowed
+	// for flushes).
+	if _, timed := coverage(t, p, f.Name(), cache, "threads", "write"); !timed {
 		writes, writeBytes, dsync = 11, 10*4096+2048, 0
 	} else if _, err := unix.Pwritev2(fd, [][]byte{buf[:4096]}, 2<<20, unix.RWF_DSYNC); err != nil {
 		t.Fatal(err)
@@ -320,7 +322,8 @@ func TestDeniedProgramDegrades(t *testing.T) {
 			t.Errorf("with %s denied, an ext4 disk's gaps %v lack %v", deny[m], p.Unfollowed("ext4", cache, "threads"), gap)
 		}
 		if slices.Contains(full.Unfollowed("ext4", cache, "threads"), gap) {
-			t.Errorf("with every program, an ext4 disk's gaps %v hold %v", full.Unfollowed("ext4", cache, "threads"), gap)
+			t.Skipf("this kernel lacks %s's hook: even with every program an ext4 disk's gaps %v hold %v, so denying it changes nothing to see",
+				deny[m], full.Unfollowed("ext4", cache, "threads"), gap)
 		}
 	})
 }
