@@ -210,7 +210,8 @@ func (g *Guest) startExporter(ctx context.Context, config, mode string, files []
 }
 
 // counterFamilies are the metric families a reading keeps.
-var counterFamilies = []string{"fspair_disk_requests_total", "fspair_disk_bytes_total", "fspair_disk_unfollowed", "fspair_probe_attached"}
+var counterFamilies = []string{"fspair_disk_requests_total", "fspair_disk_bytes_total", "fspair_disk_unfollowed", "fspair_probe_attached",
+	"fspair_probe_recursion_misses_total", "fspair_probe_events_dropped_total"}
 
 // read scrapes the exporter in the guest and returns the families the
 // matrix compares.

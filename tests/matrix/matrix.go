@@ -526,6 +526,9 @@ func (r *runner) runCell(ctx context.Context, exp *guestExporter, c cellSpec) *C
 	file := cellFile(c.FS, c.Engine)
 	cell.Ops = compare(fioCounts(res), before, after, file, c.Engine)
 	cell.Status, cell.Text = verdict(cell.Ops)
+	if lost := lostBetween(before, after); cell.Status.Failed() && lost != "" {
+		cell.Text += " (the probes say: " + lost + ")"
+	}
 	return cell
 }
 

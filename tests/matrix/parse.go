@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,10 @@ type Reading struct {
 	// without source_file applies to every disk.
 	Unfollowed []Unfollowed
 	Attached   map[string]bool // fspair_probe_attached by program
+	// Lost holds the exporter's own words for events it missed:
+	// "recursion <program>" from fspair_probe_recursion_misses_total and
+	// "dropped <reason>" from fspair_probe_events_dropped_total.
+	Lost map[string]float64
 }
 
 type fileOp struct{ file, op string }
@@ -43,7 +48,7 @@ func parseReading(text []byte) (Reading, error) {
 	if err != nil {
 		return Reading{}, err
 	}
-	r := Reading{Requests: map[fileOp]float64{}, Bytes: map[fileOp]float64{}, Attached: map[string]bool{}}
+	r := Reading{Requests: map[fileOp]float64{}, Bytes: map[fileOp]float64{}, Attached: map[string]bool{}, Lost: map[string]float64{}}
 	each := func(name string, fn func(labels map[string]string, v float64)) {
 		workload.EachSeries(fams, name, func(l map[string]string, m *dto.Metric) { fn(l, value(m)) })
 	}
@@ -55,7 +60,23 @@ func parseReading(text []byte) (Reading, error) {
 		}
 	})
 	each("fspair_probe_attached", func(l map[string]string, v float64) { r.Attached[l["program"]] = v == 1 })
+	each("fspair_probe_recursion_misses_total", func(l map[string]string, v float64) { r.Lost["recursion "+l["program"]] += v })
+	each("fspair_probe_events_dropped_total", func(l map[string]string, v float64) { r.Lost["dropped "+l["reason"]] += v })
 	return r, nil
+}
+
+// lostBetween says what the probes reported missing between two readings
+// ("recursion iomap_dio_done +1, dropped completion_unseen +2"), "" when
+// nothing: beside a DIFF it tells a lost event from a miscount.
+func lostBetween(before, after Reading) string {
+	var parts []string
+	for k, v := range after.Lost {
+		if d := v - before.Lost[k]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s +%g", k, d))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 // value is a sample's value whatever its type (the matrix greps the

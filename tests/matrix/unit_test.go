@@ -524,3 +524,29 @@ func TestLibbpfScripts(t *testing.T) {
 		t.Errorf("biolatency's output: %q", b)
 	}
 }
+
+// TestLostBetween: what the probes say they missed between two readings,
+// beside a failing cell.
+func TestLostBetween(t *testing.T) {
+	read := func(text string) Reading {
+		r, err := parseReading([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := read(`fspair_probe_recursion_misses_total{program="iomap_dio_done"} 2
+fspair_probe_events_dropped_total{reason="completion_unseen"} 0
+fspair_probe_events_dropped_total{reason="inflight_full"} 5
+`)
+	after := read(`fspair_probe_recursion_misses_total{program="iomap_dio_done"} 3
+fspair_probe_events_dropped_total{reason="completion_unseen"} 2
+fspair_probe_events_dropped_total{reason="inflight_full"} 5
+`)
+	if got, want := lostBetween(before, after), "dropped completion_unseen +2, recursion iomap_dio_done +1"; got != want {
+		t.Errorf("lostBetween = %q, want %q", got, want)
+	}
+	if got := lostBetween(after, after); got != "" {
+		t.Errorf("lostBetween of one reading = %q, want empty", got)
+	}
+}
