@@ -267,6 +267,13 @@ volatile const u32 excluded_tgid = 0;
  * high, which only costs that lookup.
  */
 u64 aio_in_direct_io = 0;
+/*
+ * Set by user space when the syscall mode's iomap programs (direct I/O
+ * begin and complete) are attached: linux-aio requests are then timed to
+ * their completion. Without them (kernels before 6.3) a request is counted
+ * when io_submit returns, untimed.
+ */
+u32 aio_dio_traced = 0;
 /* Set by user space when a tracked disk has no known VMM process (static config without pid). */
 u32 track_all_tasks = 0;
 
@@ -621,8 +628,13 @@ static __always_inline u64 iov_bytes(const struct iovec *vec, u64 vlen)
 	return s.total;
 }
 
-/* Park a submitted synchronous call on an image inode in the thread's storage until its exit. */
-static __always_inline struct io_task *call_park(struct inflight *rec, u64 inode, u64 key)
+/*
+ * Park a submitted synchronous call on an image inode in the thread's
+ * storage until its exit. A direct one (the file open with O_DIRECT) also
+ * marks the thread with its disk, for the host programs: its pages are the
+ * VMM's memory and name no inode.
+ */
+static __always_inline struct io_task *call_park(struct inflight *rec, u64 inode, u64 key, bool direct)
 {
 	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0,
 						 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -635,7 +647,9 @@ static __always_inline struct io_task *call_park(struct inflight *rec, u64 inode
 	t->key = key;
 	t->inode = inode;
 	t->dirtied = 0;
-	t->cause = 0;
+	t->cause = direct ? CAUSE_DIRECT : 0;
+	if (direct)
+		t->dio_owner = rec->slot + 1;
 	return t;
 }
 
@@ -775,6 +789,27 @@ static __always_inline void aio_done(struct inflight *rec, u64 kio, s64 res, boo
 }
 
 /*
+ * A kiocb about to enter inflight_aio for a request at pos: an entry
+ * already there is this very request again (true), or one whose completion
+ * the probes missed, its kiocb since freed and reused (a completion program
+ * the kernel skipped because it interrupted itself): that one is counted
+ * now, untimed, and the drop is said (completion_unseen).
+ */
+static __always_inline bool aio_kiocb_again(u64 kio, u64 pos, u8 op, bool direct)
+{
+	struct inflight *old = bpf_map_lookup_elem(&inflight_aio, &kio);
+
+	if (!old)
+		return false;
+	if (old->pos == pos && old->op == op)
+		return true;
+	old->timed = 0;
+	aio_done(old, kio, old->len, direct);
+	drop(DROP_COMPLETION_UNSEEN);
+	return false;
+}
+
+/*
  * A read or write of len bytes reached the file system. A synchronous call
  * is parked in the thread's storage until its end (rw_exit, or iomap's
  * completion in the tracepoint mode); a linux-aio request in inflight_aio by
@@ -788,7 +823,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 	struct file *f = iocb->ki_filp;
 	struct inode *inode = f->f_inode;
 	u64 kio = (u64)iocb, id;
-	struct inflight rec = {}, *old;
+	struct inflight rec = {};
 	struct io_task *t;
 	bool direct, dsync;
 	u32 *slot;
@@ -824,15 +859,8 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 	}
 	if (bpf_map_lookup_elem(&inflight_uring, &kio))
 		return;
-	old = bpf_map_lookup_elem(&inflight_aio, &kio);
-	if (old) {
-		if (old->pos == iocb->ki_pos && old->op == op)
-			return; /* the same request again */
-		/* The kiocb was freed and carries a new request: the old one ended unseen. */
-		old->timed = 0;
-		aio_done(old, kio, old->len, direct);
-		drop(DROP_COMPLETION_UNSEEN);
-	}
+	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct))
+		return;
 	if (!submit(&rec, *slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync))
 		return;
 	rec.tgid = id >> 32;

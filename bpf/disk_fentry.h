@@ -165,7 +165,7 @@ static __always_inline void fallocate_call_enter(struct file *f, u32 mode, u64 o
 	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
 		return;
 	if (submit(&rec, *slot, fallocate_op(mode), offset, len, task_iface(), false))
-		call_park(&rec, (u64)inode, (u64)inode);
+		call_park(&rec, (u64)inode, (u64)inode, false);
 }
 
 FSYNC_HOOKS(ext4, ext4_sync_file)

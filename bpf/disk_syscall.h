@@ -17,6 +17,12 @@
 
 #include "disk.h"
 
+/* The file is open for direct I/O: its reads and writes bypass the host page cache. */
+static __always_inline bool file_direct(struct file *f)
+{
+	return BPF_CORE_READ(f, f_flags) & O_DIRECT;
+}
+
 /* A synchronous call on an fd entered: follow it if the fd is a tracked image. */
 static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsync_call)
 {
@@ -40,7 +46,7 @@ static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsyn
 		return 0;
 	if (op == OP_FLUSH && !rec.format)
 		flush_window_open(&rec, f);
-	call_park(&rec, inode, 0);
+	call_park(&rec, inode, 0, (op == OP_READ || op == OP_WRITE) && file_direct(f));
 	return 0;
 }
 
@@ -54,6 +60,7 @@ static __always_inline int call_exit(struct syscall_exit_ctx *ctx)
 	if (!t || !t->call.start_ns)
 		return 0;
 	call_finish(t, ctx->ret);
+	t->dio_owner = 0; /* a synchronous call's bios are all done */
 	return 0;
 }
 
@@ -108,7 +115,7 @@ static __always_inline int vec_enter(struct syscall_enter_ctx *ctx, u8 op, u64 r
 	dsync = op == OP_WRITE &&
 		((rwf & (RWF_DSYNC | RWF_SYNC)) || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
 	if (submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
-		call_park(&rec, inode, 0);
+		call_park(&rec, inode, 0, file_direct(f));
 	return 0;
 }
 
@@ -294,6 +301,30 @@ int io_submit_enter(struct syscall_enter_ctx *ctx)
 	return 0;
 }
 
+/*
+ * A linux-aio request accepted by io_submit where iomap's direct I/O is not
+ * traced: counted now, untimed, and classified by its file's O_DIRECT (its
+ * user iocb read again: this only runs on kernels before 6.3).
+ */
+static __always_inline void aio_untraced_done(struct inflight *rec, u64 user_iocb)
+{
+	struct iocb cb = {};
+	struct counters *st;
+	struct file *f;
+	u32 slot = rec->slot;
+
+	rec->timed = 0;
+	complete(rec, rec->len);
+	if (rec->format || bpf_probe_read_user(&cb, sizeof(cb), (void *)user_iocb))
+		return;
+	f = fd_file(cb.aio_fildes);
+	if (!f || !file_direct(f))
+		return;
+	st = bpf_map_lookup_elem(&disk_stats, &slot);
+	if (st)
+		cache_direct(st, rec->op, rec->len);
+}
+
 static long aio_finish_one(u64 i, void *data)
 {
 	struct aio_walk *w = data;
@@ -308,7 +339,14 @@ static long aio_finish_one(u64 i, void *data)
 	if (!rec)
 		return 0;
 	if ((s64)i < w->ret) {
-		complete(rec, rec->len); /* done in the call: buffered fallback */
+		/*
+		 * Done in the call (a buffered fallback), or, where iomap's
+		 * direct I/O is not traced, accepted: counted now, untimed.
+		 */
+		if (!aio_dio_traced)
+			aio_untraced_done(rec, key.iocb);
+		else
+			complete(rec, rec->len);
 	} else if (!rec->format) {
 		/* Not accepted by the kernel: it never became a request. */
 		slot = rec->slot;
@@ -376,13 +414,15 @@ int iomap_dio_begin(u64 *ctx)
 	}
 
 	id = bpf_get_current_pid_tgid();
-	if (!bpf_map_lookup_elem(&aio_calls, &id))
+	if (!aio_dio_traced || !bpf_map_lookup_elem(&aio_calls, &id))
 		return 0;
 	key.tgid = id >> 32;
 	key.iocb = aio_user_iocb(iocb);
 	rec = bpf_map_lookup_elem(&aio_pending, &key);
 	if (!rec)
 		return 0;
+	/* The same request again (an XFS retry) is replaced by itself below. */
+	aio_kiocb_again(kio, rec->pos, rec->op, true);
 	if (bpf_map_update_elem(&inflight_aio, &kio, rec, BPF_ANY)) {
 		drop(DROP_INFLIGHT_FULL);
 		return 0;

@@ -199,6 +199,7 @@ const (
 	DiskProgXfsWriteEnter        = "xfs_write_enter"
 	DiskProgXfsWriteExit         = "xfs_write_exit"
 	DiskVarAioCompleteFn         = "aio_complete_fn"
+	DiskVarAioDioTraced          = "aio_dio_traced"
 	DiskVarAioInDirectIo         = "aio_in_direct_io"
 	DiskVarExcludedTgid          = "excluded_tgid"
 	DiskVarIoUringCompleteFn     = "io_uring_complete_fn"
@@ -345,6 +346,7 @@ type DiskMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DiskVariableSpecs struct {
 	AioCompleteFn         *ebpf.VariableSpec `ebpf:"aio_complete_fn"`
+	AioDioTraced          *ebpf.VariableSpec `ebpf:"aio_dio_traced"`
 	AioInDirectIo         *ebpf.VariableSpec `ebpf:"aio_in_direct_io"`
 	ExcludedTgid          *ebpf.VariableSpec `ebpf:"excluded_tgid"`
 	IoUringCompleteFn     *ebpf.VariableSpec `ebpf:"io_uring_complete_fn"`
@@ -418,6 +420,7 @@ func (m *DiskMaps) Close() error {
 // It can be passed to LoadDiskObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DiskVariables struct {
 	AioCompleteFn         *ebpf.Variable `ebpf:"aio_complete_fn"`
+	AioDioTraced          *ebpf.Variable `ebpf:"aio_dio_traced"`
 	AioInDirectIo         *ebpf.Variable `ebpf:"aio_in_direct_io"`
 	ExcludedTgid          *ebpf.Variable `ebpf:"excluded_tgid"`
 	IoUringCompleteFn     *ebpf.Variable `ebpf:"io_uring_complete_fn"`

@@ -240,11 +240,18 @@ func cachePaths(cache string) []string {
 func dsyncCache(cache string) bool { return cache == "writethrough" || cache == "directsync" }
 
 // need is what following op on path takes in a mode: every program in
-// all attached; untimed when the hooks see only the submission.
+// all attached; untimed when the hooks see only the submission, or when a
+// program in timing is not attached.
 type need struct {
 	all     []string
+	timing  []string
 	untimed bool
 }
+
+// syscallAIOTiming are the syscall mode's iomap programs (Linux 6.3+) that
+// time a linux-aio request to its completion; without them the request is
+// counted when io_submit returns.
+var syscallAIOTiming = []string{bpf.DiskProgIomapDioBegin, bpf.DiskProgIomapDioDone}
 
 // fentryFS gives each file system's fentry/fexit program pairs.
 var fentryFS = map[string]struct{ read, write, fsync, fallocate []string }{
@@ -334,7 +341,7 @@ func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need
 	case ModeSyscall:
 		switch {
 		case rw && path == PathLinuxAIO:
-			return need{all: []string{bpf.DiskProgIoSubmitEnter, bpf.DiskProgIoSubmitExit, bpf.DiskProgIomapDioBegin, bpf.DiskProgIomapDioDone}}, true
+			return need{all: []string{bpf.DiskProgIoSubmitEnter, bpf.DiskProgIoSubmitExit}, timing: syscallAIOTiming}, true
 		case op == "read":
 			return need{all: []string{bpf.DiskProgPread64Enter, bpf.DiskProgPread64Exit, bpf.DiskProgPreadvEnter, bpf.DiskProgPreadvExit, bpf.DiskProgPreadv2Enter, bpf.DiskProgPreadv2Exit}}, true
 		case op == "write":

@@ -284,6 +284,12 @@ func Load(opts Options) (*Probes, error) {
 			p.attach(pr)
 		}
 	}
+	if p.mode == ModeSyscall && p.allAttached(syscallAIOTiming) {
+		if err := p.vars.AioDioTraced.Set(uint32(1)); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("set aio_dio_traced: %w", err)
+		}
+	}
 	if err := p.openRegistration(); err != nil {
 		opts.Logger.Warn("image registration unavailable", "err", err)
 	}
@@ -565,7 +571,7 @@ func (p *Probes) Unfollowed(fs, cache, aio string) []Gap {
 				missing = MissingRequests
 			case !p.allAttached(n.all):
 				missing = MissingRequests
-			case n.untimed:
+			case n.untimed, !p.allAttached(n.timing):
 				missing = MissingLatency
 			}
 			if missing != "" {
