@@ -223,7 +223,7 @@ int fallocate_exit(struct syscall_exit_ctx *ctx)
  * tracepoints carry the kernel's kiocb, embedded in struct aio_kiocb whose
  * ki_res.obj holds the user iocb pointer (fs/aio.c io_submit_one). A request
  * the file system does not do as direct I/O (Btrfs falls back to buffered
- * writes for checksummed files since v6.15, and any file system may return
+ * writes for checksummed files since v6.15 and in Debian's 6.12, and any file system may return
  * -ENOTBLK) is done inside io_submit and completes when the call returns.
  *
  * io_submit entry: every iocb on a tracked image is accounted and parked in

@@ -17,7 +17,7 @@
  * What it cannot see, and user space says so per disk
  * (fspair_disk_unfollowed): buffered reads and writes on ext4 and Btrfs,
  * fallocate on XFS and Btrfs, direct writes Btrfs turns into buffered ones
- * (checksummed files, v6.15+), and, before v6.3, any direct I/O.
+ * (checksummed files: v6.15+, and Debian's 6.12), and, before v6.3, any direct I/O.
  */
 #ifndef FSPAIR_DISK_TRACEPOINT_H
 #define FSPAIR_DISK_TRACEPOINT_H
@@ -95,12 +95,14 @@ int dio_complete(u64 *ctx)
 /* A read or write seen only as it starts: counted with its requested length. */
 static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter, u8 op)
 {
-	struct inode *inode = iocb->ki_filp->f_inode;
 	u64 kio = (u64)iocb;
 	u32 *slot;
 	bool dsync;
 
-	slot = inode_slot(inode);
+	/* A module's tracepoint arguments may be NULL as the verifier sees them (6.12). */
+	if (!iocb || !iter)
+		return;
+	slot = inode_slot(iocb->ki_filp->f_inode);
 	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
 		return;
 	if (iocb->ki_complete && bpf_map_lookup_elem(&inflight_uring, &kio))
@@ -162,7 +164,8 @@ int xfs_fsync(u64 *ctx)
 {
 	struct xfs_inode *ip = (void *)ctx[0];
 
-	flush_untimed(&ip->i_vnode, 0);
+	if (ip)
+		flush_untimed(&ip->i_vnode, 0);
 	return 0;
 }
 
@@ -172,7 +175,8 @@ int btrfs_sync(u64 *ctx)
 {
 	struct file *f = (void *)ctx[0];
 
-	flush_untimed(f->f_inode, f->f_flags);
+	if (f)
+		flush_untimed(f->f_inode, f->f_flags);
 	return 0;
 }
 

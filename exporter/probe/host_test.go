@@ -107,7 +107,7 @@ func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 	// they are charged to the image only while the mode follows the direct
 	// call (which marks the thread). Where it does not, Unfollowed says so
 	// for those requests and their device bytes count as other, unless the
-	// kernel turned the direct writes buffered (Btrfs from Linux 6.15),
+	// kernel turned the direct writes buffered (Btrfs from 6.15, and Debian's 6.12),
 	// whose writeback pages are the image's again.
 	directCharged := func(op string) bool {
 		counted, _ := coverage(t, p, img, "none", "threads", op)
