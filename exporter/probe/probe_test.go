@@ -431,14 +431,20 @@ func TestLinuxAIO(t *testing.T) {
 			t.Errorf("linux-aio direct I/O: %d direct reads, %d direct write bytes; want 16, %d",
 				c.CacheReads[cacheDirect], c.CacheWriteBytes[cacheDirect], 16*4096)
 		}
-		var s bpf.DiskSeekState
-		if err := p.objs.DiskSeek.Lookup(uint32(3), &s); err != nil {
-			t.Fatal(err)
-		}
-		if s.Inflight != 0 {
-			t.Errorf("%d requests still counted in flight after all completed", s.Inflight)
+		if n := inflight(t, p); n != 0 {
+			t.Errorf("%d requests still counted in flight after all completed", n)
 		}
 	})
+}
+
+// inflight is the count of requests disk slot 3 has in flight.
+func inflight(t *testing.T, p *Probes) int64 {
+	t.Helper()
+	var s bpf.DiskSeekState
+	if err := p.objs.DiskSeek.Lookup(uint32(3), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Inflight
 }
 
 // TestSeekBuckets checks the signed seek distance buckets against chosen
@@ -537,11 +543,7 @@ func TestLinuxAIOUntimed(t *testing.T) {
 		t.Errorf("untimed linux-aio: %d direct reads, %d direct write bytes; want 16, %d",
 			c.CacheReads[cacheDirect], c.CacheWriteBytes[cacheDirect], 16*4096)
 	}
-	var s bpf.DiskSeekState
-	if err := p.objs.DiskSeek.Lookup(uint32(3), &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Inflight != 0 {
-		t.Errorf("untimed linux-aio: %d requests left in flight, want 0", s.Inflight)
+	if n := inflight(t, p); n != 0 {
+		t.Errorf("untimed linux-aio: %d requests left in flight, want 0", n)
 	}
 }
