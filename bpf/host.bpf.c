@@ -416,16 +416,16 @@ static __always_inline u32 dio_bio_owner(struct bio *bio)
 	return slot ? *slot + 1 : 0;
 }
 
-/* Classify a request by its first bio: whose data, or metadata, or other. */
-static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
+/*
+ * Classify a bio: whose data, or metadata, or other. covered: this
+ * completion ends the bio, whose tag (if any) is then dropped.
+ */
+static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covered)
 {
-	struct bio *bio = rq->bio;
 	u64 key = (u64)bio;
 	u32 kind, *dio;
 
-	if (!bio)
-		return KIND_OTHER;
-	kind = bio_kind(bio, rq->cmd_flags, owner);
+	kind = bio_kind(bio, bio->bi_opf, owner);
 	if (kind != KIND_OTHER)
 		return kind;
 	/* Direct I/O pages are the VMM's memory: the bio names its request, or was tagged when queued. */
@@ -438,9 +438,52 @@ static __always_inline u32 classify(struct request *rq, u32 *owner, bool last)
 	if (!dio)
 		return KIND_OTHER;
 	*owner = *dio;
-	if (last)
+	if (covered)
 		bpf_map_delete_elem(&bio_owner, &key);
 	return KIND_DATA;
+}
+
+/* Bios of one request charged each to its own owner; the rest go with the last of them. */
+#define RQ_BIOS_CHARGED 4
+
+/*
+ * Charge nr_bytes of a read or write request's completion to the bios it
+ * ends, first bio first: the block layer merges adjacent bios of different
+ * files into one request (Btrfs allocates the extents of files written back
+ * together side by side), and each bio's bytes are its own owner's. Returns
+ * the first bio's kind and owner, which the request and its latency count
+ * under.
+ */
+static __always_inline u32 charge_bios(struct device_counters *dc, struct request *rq, u32 dir, u32 nr_bytes,
+				       u32 *first_owner)
+{
+	struct image_device_counters *ic;
+	struct bio *bio = rq->bio;
+	u32 i, size, full, kind, first = KIND_OTHER, owner;
+
+	for (i = 0; i < RQ_BIOS_CHARGED; i++) {
+		if (!bio || !nr_bytes)
+			break;
+		full = bio->bi_iter.bi_size;
+		size = full < nr_bytes && i < RQ_BIOS_CHARGED - 1 && bio->bi_next ? full : nr_bytes;
+		owner = 0;
+		kind = bounded(classify_bio(bio, &owner, full <= nr_bytes), KIND_SLOTS - 1);
+		if (i == 0) {
+			first = kind;
+			*first_owner = owner;
+		}
+		if (kind < KIND_MAX)
+			inc(&dc->bytes[kind][dir], size);
+		if (owner) {
+			owner -= 1;
+			ic = bpf_map_lookup_elem(&image_device_stats, &owner);
+			if (ic)
+				inc(&ic->bytes[dir], size);
+		}
+		nr_bytes -= size;
+		bio = bio->bi_next;
+	}
+	return first;
 }
 
 static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
@@ -498,21 +541,17 @@ int host_rq_complete(u64 *ctx)
 		 */
 		dir = REQ_OP_WRITE;
 		kind = (rq->cmd_flags & REQ_FLAG(__REQ_META)) ? KIND_METADATA : KIND_OTHER;
+		inc(&dc->bytes[kind][dir], nr_bytes);
 	} else {
 		dir = op;
-		kind = bounded(classify(rq, &owner, last), KIND_SLOTS - 1);
+		kind = charge_bios(dc, rq, dir, nr_bytes, &owner);
 	}
-	if (kind >= KIND_MAX)
+	if (kind >= KIND_MAX || !last)
 		return 0;
-	inc(&dc->bytes[kind][dir], nr_bytes);
 	if (owner) {
 		owner -= 1;
 		ic = bpf_map_lookup_elem(&image_device_stats, &owner);
-		if (ic)
-			inc(&ic->bytes[dir], nr_bytes);
 	}
-	if (!last)
-		return 0;
 	inc(&dc->requests[kind][dir], 1);
 	if (ic)
 		inc(&ic->requests[dir], 1);

@@ -109,6 +109,7 @@ struct bvec_iter {
 };
 
 struct bio {
+	struct bio *bi_next; /* the next bio of a request */
 	struct block_device *bi_bdev;
 	__u32 bi_opf;
 	struct bvec_iter bi_iter;
