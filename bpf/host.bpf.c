@@ -505,11 +505,11 @@ int host_rq_complete(u64 *ctx)
 	struct request *rq = (void *)ctx[0];
 	u32 nr_bytes = (u32)ctx[2];
 	u32 *devp = rq_device_slot(rq), dev, op, kind, dir, owner = 0, i;
-	u64 now, service = 0, queue = 0, start, issue;
+	u64 service = 0, queue = 0, start, issue;
 	struct device_counters *dc;
-	struct image_device_counters *ic = NULL;
+	struct image_device_counters *ic;
 	struct rq_issue *slot;
-	bool last;
+	bool last, queued = false;
 
 	if (!devp)
 		return 0;
@@ -548,13 +548,7 @@ int host_rq_complete(u64 *ctx)
 	}
 	if (kind >= KIND_MAX || !last)
 		return 0;
-	if (owner) {
-		owner -= 1;
-		ic = bpf_map_lookup_elem(&image_device_stats, &owner);
-	}
 	inc(&dc->requests[kind][dir], 1);
-	if (ic)
-		inc(&ic->requests[dir], 1);
 
 	/*
 	 * The issue time: the block layer's own (io_start_time_ns, kept when
@@ -565,25 +559,35 @@ int host_rq_complete(u64 *ctx)
 	if (!issue) {
 		i = rq_index(rq, dev);
 		slot = bpf_map_lookup_elem(&rq_issued, &i);
-		if (!slot || slot->rq != (u64)rq || !slot->issue_ns) {
+		if (slot && slot->rq == (u64)rq && slot->issue_ns) {
+			issue = slot->issue_ns;
+			slot->rq = 0;
+		} else {
 			drop(DROP_REQUEST_UNTIMED);
-			return 0;
 		}
-		issue = slot->issue_ns;
-		slot->rq = 0;
 	}
-	now = bpf_ktime_get_ns();
-	service = now - issue;
-	start = rq->start_time_ns;
-	hist(dc->service[dir], &dc->service_sum_ns[dir], service);
-	if (ic)
-		hist(ic->service[dir], &ic->service_sum_ns[dir], service);
-	/* Without I/O statistics on the queue the allocation time is 0: no queue time, not a zero one. */
-	if (!start || issue < start)
+	if (issue) {
+		service = bpf_ktime_get_ns() - issue;
+		hist(dc->service[dir], &dc->service_sum_ns[dir], service);
+		/* Without I/O statistics on the queue the allocation time is 0: no queue time, not a zero one. */
+		start = rq->start_time_ns;
+		if (start && issue >= start) {
+			queued = true;
+			queue = issue - start;
+			hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
+		}
+	}
+	if (!owner)
 		return 0;
-	queue = issue - start;
-	hist(dc->queue[dir], &dc->queue_sum_ns[dir], queue);
-	if (ic)
+	/* The image's share, looked up and used in one place (6.1's verifier loses a pointer kept across). */
+	owner -= 1;
+	ic = bpf_map_lookup_elem(&image_device_stats, &owner);
+	if (!ic)
+		return 0;
+	inc(&ic->requests[dir], 1);
+	if (issue)
+		hist(ic->service[dir], &ic->service_sum_ns[dir], service);
+	if (queued)
 		hist(ic->queue[dir], &ic->queue_sum_ns[dir], queue);
 	return 0;
 }
