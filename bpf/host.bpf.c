@@ -247,6 +247,30 @@ static __always_inline u32 page_kind(struct page *page, u32 *owner)
 	return KIND_OTHER;
 }
 
+/* include/uapi/linux/magic.h: the file systems a VMM keeps shared guest memory on (memfd is tmpfs). */
+#define TMPFS_MAGIC 0x01021994
+#define HUGETLBFS_MAGIC 0x958458f6
+
+/*
+ * Can the page be a VMM's direct I/O buffer, its guest memory? Anonymous or
+ * shared memory (memfd, tmpfs, hugetlbfs), never a page of a file's cache on
+ * a disk file system: that is writeback or read-ahead, which a thread
+ * marked for direct I/O queues too (Btrfs writes a truncated file back when
+ * it is closed, and from Debian's 6.12 writes back the image's own pages
+ * inside a direct write it turned buffered).
+ */
+static __always_inline bool guest_memory_page(struct page *page)
+{
+	u64 mapping = 0;
+	unsigned long magic;
+
+	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
+	if (!mapping || (mapping & PAGE_MAPPING_ANON))
+		return true;
+	magic = BPF_CORE_READ((struct address_space *)mapping, host, i_sb, s_magic);
+	return magic == TMPFS_MAGIC || magic == HUGETLBFS_MAGIC;
+}
+
 static __always_inline u32 bio_kind(struct bio *bio, u32 opf, u32 *owner)
 {
 	if (opf & REQ_FLAG(__REQ_META))
@@ -340,9 +364,13 @@ int host_bio_queue(u64 *ctx)
 	 * Direct I/O bios are tagged here only when their end_io cannot tell:
 	 * iomap's own bios name their request (when its address is known), but
 	 * a file system that submits direct I/O its own way (Btrfs: its
-	 * btrfs_bio, with its end_io) does not.
+	 * btrfs_bio, with its end_io) does not. Only bios of guest memory: a
+	 * tag on a page-cache bio would outlive it (page_kind names its owner
+	 * without the tag, which then is never looked up nor dropped) and be
+	 * found again by a later bio at the same address.
 	 */
-	if (t->dio_owner && (u64)bio->bi_end_io != iomap_dio_end_io_fn) {
+	if (t->dio_owner && (u64)bio->bi_end_io != iomap_dio_end_io_fn &&
+	    guest_memory_page(bio->bi_io_vec->bv_page)) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}

@@ -50,6 +50,7 @@ struct iovec {
 
 struct super_block {
 	__u32 s_dev;
+	unsigned long s_magic;
 };
 
 struct inode {

@@ -144,6 +144,18 @@ func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 		t.Errorf("device totals read %d written %d; /sys/block says %d, %d", rd, wr, rd1-rd0, wr1-wr0)
 	}
 
+	// Every direct I/O bio's tag is dropped when the bio completes: a tag
+	// left behind charges a later bio at the same address to this disk.
+	var key uint64
+	var owner uint32
+	left := 0
+	for it := p.host.BioOwner.Iterate(); it.Next(&key, &owner); {
+		left++
+	}
+	if left != 0 {
+		t.Errorf("%d direct I/O bio tags left after every bio completed", left)
+	}
+
 	// The fsync opened the device's flush window; untracking the device
 	// drops it with the device. (Btrfs keys its window by its anonymous
 	// dev_t, not the device's.)
