@@ -367,9 +367,13 @@ int host_bio_queue(u64 *ctx)
 	 * btrfs_bio, with its end_io) does not. Only bios of guest memory: a
 	 * tag on a page-cache bio would outlive it (page_kind names its owner
 	 * without the tag, which then is never looked up nor dropped) and be
-	 * found again by a later bio at the same address.
+	 * found again by a later bio at the same address. Only data reads and
+	 * writes, the bios whose tag host_rq_complete looks up (and drops): not
+	 * the empty flush of an O_DSYNC write, not a discard, not the log
+	 * write (metadata) the thread issues for it.
 	 */
-	if (t->dio_owner && (u64)bio->bi_end_io != iomap_dio_end_io_fn &&
+	if (t->dio_owner && ((opf & REQ_OP_MASK) == REQ_OP_READ || (opf & REQ_OP_MASK) == REQ_OP_WRITE) &&
+	    !(opf & REQ_FLAG(__REQ_META)) && bio->bi_iter.bi_size && (u64)bio->bi_end_io != iomap_dio_end_io_fn &&
 	    guest_memory_page(bio->bi_io_vec->bv_page)) {
 		key = (u64)bio;
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
