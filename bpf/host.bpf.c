@@ -226,23 +226,38 @@ static __always_inline u32 rq_index(struct request *rq, u32 dev)
  * btrees), or other. The anonymous-page bit is tested on a probe-read copy:
  * the verifier forbids bit operations on a kernel pointer.
  */
+/*
+ * The head page of a large folio, whose fields the page's are: a tail page's
+ * mapping is a poison value (guest memory in transparent huge pages, large
+ * page-cache folios of XFS and others).
+ */
+static __always_inline struct page *head_page(struct page *page)
+{
+	unsigned long head = 0;
+
+	bpf_probe_read_kernel(&head, sizeof(head), &page->compound_head);
+	return (head & 1) ? (struct page *)(head - 1) : page;
+}
+
 static __always_inline u32 page_kind(struct page *page, u32 *owner)
 {
 	struct inode *host;
 	u64 mapping = 0, inode;
 	u32 *slot;
 
+	page = head_page(page);
 	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
 	if (!mapping || (mapping & PAGE_MAPPING_ANON))
 		return KIND_OTHER;
-	host = page->mapping->host;
+	/* The head page is an address, not a pointer the verifier knows: probe reads. */
+	host = BPF_CORE_READ((struct address_space *)mapping, host);
 	inode = (u64)host;
 	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	if (slot) {
 		*owner = *slot + 1;
 		return KIND_DATA;
 	}
-	if ((host->i_mode & S_IFMT) == S_IFBLK || host->i_ino == BTRFS_BTREE_INODE)
+	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || BPF_CORE_READ(host, i_ino) == BTRFS_BTREE_INODE)
 		return KIND_METADATA;
 	return KIND_OTHER;
 }
@@ -264,6 +279,7 @@ static __always_inline bool guest_memory_page(struct page *page)
 	u64 mapping = 0;
 	unsigned long magic;
 
+	page = head_page(page);
 	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
 	if (!mapping || (mapping & PAGE_MAPPING_ANON))
 		return true;

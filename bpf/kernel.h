@@ -82,6 +82,7 @@ struct address_space {
 
 struct page {
 	struct address_space *mapping;
+	unsigned long compound_head; /* bit 0 set: a tail page, the rest its head */
 };
 
 /*
