@@ -145,6 +145,7 @@ const (
 	DiskProgBtrfsWriteExit       = "btrfs_write_exit"
 	DiskProgDioComplete          = "dio_complete"
 	DiskProgDioCompleteExit      = "dio_complete_exit"
+	DiskProgDioCompleteNested    = "dio_complete_nested"
 	DiskProgDioRwBegin           = "dio_rw_begin"
 	DiskProgExt4Allocate         = "ext4_allocate"
 	DiskProgExt4Discard          = "ext4_discard"
@@ -266,6 +267,7 @@ type DiskProgramSpecs struct {
 	BtrfsWriteExit      *ebpf.ProgramSpec `ebpf:"btrfs_write_exit"`
 	DioComplete         *ebpf.ProgramSpec `ebpf:"dio_complete"`
 	DioCompleteExit     *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
+	DioCompleteNested   *ebpf.ProgramSpec `ebpf:"dio_complete_nested"`
 	DioRwBegin          *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
 	Ext4Allocate        *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
 	Ext4Discard         *ebpf.ProgramSpec `ebpf:"ext4_discard"`
@@ -449,6 +451,7 @@ type DiskPrograms struct {
 	BtrfsWriteExit      *ebpf.Program `ebpf:"btrfs_write_exit"`
 	DioComplete         *ebpf.Program `ebpf:"dio_complete"`
 	DioCompleteExit     *ebpf.Program `ebpf:"dio_complete_exit"`
+	DioCompleteNested   *ebpf.Program `ebpf:"dio_complete_nested"`
 	DioRwBegin          *ebpf.Program `ebpf:"dio_rw_begin"`
 	Ext4Allocate        *ebpf.Program `ebpf:"ext4_allocate"`
 	Ext4Discard         *ebpf.Program `ebpf:"ext4_discard"`
@@ -517,6 +520,7 @@ func (p *DiskPrograms) Close() error {
 		p.BtrfsWriteExit,
 		p.DioComplete,
 		p.DioCompleteExit,
+		p.DioCompleteNested,
 		p.DioRwBegin,
 		p.Ext4Allocate,
 		p.Ext4Discard,

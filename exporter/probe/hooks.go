@@ -116,6 +116,7 @@ var programs = []program{
 	{name: bpf.DiskProgBtrfsFallocateEnter, modes: fentryOnly, fs: fsBtrfs},
 	{name: bpf.DiskProgBtrfsFallocateExit, modes: fentryOnly, fs: fsBtrfs},
 	{name: bpf.DiskProgDioCompleteExit, modes: fentryOnly},
+	{name: bpf.DiskProgDioCompleteNested, modes: fentryOnly},
 
 	// tracepoint: iomap's and the file systems' tracepoints.
 	{name: bpf.DiskProgDioRwBegin, modes: tracepointOnly},
