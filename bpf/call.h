@@ -31,7 +31,15 @@ struct inflight {
 	u8 shadow; /* counted by another program (io_uring's): only marks the thread */
 	u8 timed;  /* start_ns is the submission time: the completion has a latency */
 	u32 tgid; /* linux-aio: the submitting process */
-	u32 dev;  /* flushes: the image file system's dev_t, for its flush window */
+	union {
+		u32 dev; /* flushes: the image file system's dev_t, for its flush window */
+		/*
+		 * linux-aio in the tracepoint and syscall modes: the submitting
+		 * thread while the request is inside its call (iomap began it and
+		 * has neither queued nor completed it), 0 once queued.
+		 */
+		u32 tid;
+	};
 };
 
 /* Bits of io_task.cause: what the host did for the thread's synchronous call. */
@@ -54,6 +62,7 @@ struct io_task {
 	u32 dio_owner; /* disk slot + 1 of the image in direct I/O, 0 = none */
 	u8 cause;
 	u8 pad[7];
+	u64 aio_kio; /* the kiocb of this thread's linux-aio request inside its call (see inflight.tid) */
 };
 
 /*

@@ -789,23 +789,90 @@ static __always_inline void aio_done(struct inflight *rec, u64 kio, s64 res, boo
 }
 
 /*
+ * linux-aio seen through iomap (the tracepoint and syscall modes). iomap
+ * says when a direct request begins, when it is queued (its bios are out:
+ * it completes elsewhere) and when it completes. A request can also leave
+ * iomap with neither: a write whose range the host page cache could not
+ * drop falls back to buffered I/O (-ENOTBLK; another reader of the image
+ * file, a backup or a copy, leaves such pages), a read at or past the end
+ * of the file, an error before any bio. That request was done inside its
+ * call. So while a request is inside its call, its record names the
+ * submitting thread (tid) and the thread names its kiocb (aio_kio); what
+ * next runs in that thread (its next request's begin, io_submit's return,
+ * XFS's buffered fallback on the same kiocb) finds the request still
+ * inside and counts it done with its length, untimed.
+ */
+static __always_inline void aio_call_begins(struct inflight *rec, u64 kio, struct io_task *t)
+{
+	if (!t)
+		return;
+	rec->tid = (u32)bpf_get_current_pid_tgid();
+	t->aio_kio = kio;
+}
+
+/* iomap queued the thread's request: it completes elsewhere. */
+static __always_inline void aio_call_queued(struct io_task *t)
+{
+	struct inflight *rec;
+	u64 kio;
+
+	if (!t || !t->aio_kio)
+		return;
+	kio = t->aio_kio;
+	t->aio_kio = 0;
+	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
+	if (rec && rec->tid == (u32)bpf_get_current_pid_tgid())
+		rec->tid = 0;
+}
+
+/* The thread's request on kiocb kio, if still inside its call, is done there: true if it was. */
+static __always_inline bool aio_call_finish(struct io_task *t, u64 kio)
+{
+	struct inflight *rec;
+
+	t->aio_kio = 0;
+	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
+	if (!rec || rec->tid != (u32)bpf_get_current_pid_tgid())
+		return false;
+	rec->timed = 0;
+	aio_done(rec, kio, rec->len, false);
+	return true;
+}
+
+/*
+ * The thread begins another request: the one it left inside its call, if
+ * any, is done. Not when kio is that request again (a retry of the same
+ * kiocb, which the caller tells apart; 0: never).
+ */
+static __always_inline void aio_call_ended(struct io_task *t, u64 kio)
+{
+	if (t && t->aio_kio && t->aio_kio != kio)
+		aio_call_finish(t, t->aio_kio);
+}
+
+/*
  * A kiocb about to enter inflight_aio for a request at pos: an entry
- * already there is this very request again (true), or one whose completion
- * the probes missed, its kiocb since freed and reused (a completion program
- * the kernel skipped because it interrupted itself): that one is counted
- * now, untimed, and the drop is said (completion_unseen).
+ * already there is this very request again (true), or an earlier request
+ * whose kiocb was freed and reused. If that one was still inside its call
+ * (see aio_call_begins), it was done there; if not, the probes missed its
+ * completion (a completion program the kernel skipped because it
+ * interrupted itself). Either way it is counted now, untimed; a missed
+ * completion is said as a drop (completion_unseen).
  */
 static __always_inline bool aio_kiocb_again(u64 kio, u64 pos, u8 op, bool direct)
 {
 	struct inflight *old = bpf_map_lookup_elem(&inflight_aio, &kio);
+	bool in_call;
 
 	if (!old)
 		return false;
 	if (old->pos == pos && old->op == op)
 		return true;
+	in_call = old->tid != 0;
 	old->timed = 0;
-	aio_done(old, kio, old->len, direct);
-	drop(DROP_COMPLETION_UNSEEN);
+	aio_done(old, kio, old->len, direct && !in_call);
+	if (!in_call)
+		drop(DROP_COMPLETION_UNSEEN);
 	return false;
 }
 
@@ -816,9 +883,11 @@ static __always_inline bool aio_kiocb_again(u64 kio, u64 pos, u8 op, bool direct
  * kiocb until it completes, wherever that is. io_uring's requests are
  * counted by the io_uring tracepoints: here they only mark the thread's
  * direct I/O for the host programs. A direct write that XFS retries under
- * another lock reaches here twice and is submitted once.
+ * another lock reaches here twice and is submitted once. iomap: the hook is
+ * iomap's begin (the tracepoint mode), which may not be followed by its
+ * completion (see aio_call_begins); the fentry mode sees every call return.
  */
-static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
+static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool iomap)
 {
 	struct file *f = iocb->ki_filp;
 	struct inode *inode = f->f_inode;
@@ -848,6 +917,11 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 			t->cause &= ~CAUSE_RETRY;
 			return;
 		}
+		/* iomap: the thread's previous call left it without completing (see aio_call_begins). */
+		if (iomap && t->call.start_ns) {
+			t->call.timed = 0;
+			call_finish(t, t->call.len);
+		}
 		if (!submit(&rec, *slot, op, iocb->ki_pos, len, IFACE_SYSCALL, dsync))
 			return;
 		t->call = rec;
@@ -859,11 +933,21 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op)
 	}
 	if (bpf_map_lookup_elem(&inflight_uring, &kio))
 		return;
-	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct))
+	if (iomap)
+		aio_call_ended(t, kio);
+	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct)) {
+		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try). */
+		struct inflight *again = iomap ? bpf_map_lookup_elem(&inflight_aio, &kio) : NULL;
+
+		if (again)
+			aio_call_begins(again, kio, t);
 		return;
+	}
 	if (!submit(&rec, *slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync))
 		return;
 	rec.tgid = id >> 32;
+	if (iomap)
+		aio_call_begins(&rec, kio, t);
 	if (bpf_map_update_elem(&inflight_aio, &kio, &rec, BPF_NOEXIST)) {
 		drop(DROP_INFLIGHT_FULL);
 		return;

@@ -40,7 +40,7 @@
 		struct kiocb *iocb = (void *)ctx[0];               \
 		struct iov_iter *iter = (void *)ctx[1];            \
                                                                    \
-		rw_enter(iocb, iter->count, op);                   \
+		rw_enter(iocb, iter->count, op, false);            \
 		return 0;                                          \
 	}                                                          \
 	SEC("fexit/" #fn)                                          \

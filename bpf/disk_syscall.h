@@ -367,6 +367,8 @@ int io_submit_exit(struct syscall_exit_ctx *ctx)
 
 	if (!call)
 		return 0;
+	/* The last request the call began, if it stayed inside (see aio_call_begins). */
+	aio_call_ended(bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0), 0);
 	w.iocbpp = call->iocbpp;
 	bpf_loop(call->nr, aio_finish_one, &w, 0);
 	bpf_map_delete_elem(&aio_calls, &id);
@@ -399,7 +401,8 @@ int iomap_dio_begin(u64 *ctx)
 	struct inflight *rec;
 	struct io_task *t;
 
-	if (!slot) {
+	id = bpf_get_current_pid_tgid();
+	if (!slot || !task_followed(id >> 32)) {
 		/* Clear a mark left from an image, keep untouched tasks free of storage. */
 		t = bpf_task_storage_get(&io_tasks, task, 0, 0);
 		if (t)
@@ -413,16 +416,18 @@ int iomap_dio_begin(u64 *ctx)
 			t->cause |= CAUSE_DIRECT;
 	}
 
-	id = bpf_get_current_pid_tgid();
 	if (!aio_dio_traced || !bpf_map_lookup_elem(&aio_calls, &id))
 		return 0;
 	key.tgid = id >> 32;
 	key.iocb = aio_user_iocb(iocb);
 	rec = bpf_map_lookup_elem(&aio_pending, &key);
+	/* Not parked: the request is in inflight_aio already, begun again (an XFS retry). */
 	if (!rec)
 		return 0;
-	/* The same request again (an XFS retry) is replaced by itself below. */
+	/* A new request: the thread's previous one, if still inside its call, was done there. */
+	aio_call_ended(t, 0);
 	aio_kiocb_again(kio, rec->pos, rec->op, true);
+	aio_call_begins(rec, kio, t);
 	if (bpf_map_update_elem(&inflight_aio, &kio, rec, BPF_ANY)) {
 		drop(DROP_INFLIGHT_FULL);
 		return 0;
@@ -447,6 +452,7 @@ int iomap_dio_queued(u64 *ctx)
 
 	if (t)
 		t->dio_owner = 0;
+	aio_call_queued(t);
 	return 0;
 }
 

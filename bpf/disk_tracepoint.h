@@ -24,6 +24,9 @@
 
 #include "disk.h"
 
+/* fs/xfs/libxfs/xfs_format.h: "XFSB", XFS's super block magic, also its s_magic. */
+#define XFS_SB_MAGIC 0x58465342
+
 /* XFS's inode holds the VFS inode (fs/xfs/xfs_inode.h); its offset is relocated. */
 struct xfs_inode {
 	struct inode i_vnode;
@@ -39,7 +42,7 @@ int dio_rw_begin(u64 *ctx)
 	/* done_before: the rest of a request partly done already, submitted before. */
 	if (ctx[3])
 		return 0;
-	rw_enter(iocb, iter->count, iter->data_source ? OP_WRITE : OP_READ);
+	rw_enter(iocb, iter->count, iter->data_source ? OP_WRITE : OP_READ, true);
 	return 0;
 }
 
@@ -47,19 +50,23 @@ int dio_rw_begin(u64 *ctx)
  * iomap_dio_complete(iocb, error, ret): a direct request is done, in the
  * submitter for a synchronous one, in interrupt or workqueue context for a
  * queued one. -EAGAIN: XFS retries it (a second begin, not submitted again);
- * -ENOTBLK: the file system goes on with buffered I/O, which this mode does
- * not see: the request counts whole, untimed.
+ * -ENOTBLK: the file system goes on with buffered I/O, which this mode sees
+ * on XFS only (rw_untimed counts the request there): elsewhere the request
+ * counts whole here, untimed.
  */
 SEC("tp_btf/iomap_dio_complete")
 int dio_complete(u64 *ctx)
 {
 	struct kiocb *iocb = (void *)ctx[0];
 	s64 error = (s32)ctx[1], res = (s64)ctx[2];
+	struct super_block *sb = iocb->ki_filp->f_inode->i_sb;
 	u64 kio = (u64)iocb;
 	struct inflight *rec;
 	struct io_task *t;
+	/* XFS's buffered fallback has a tracepoint, which counts the request (rw_untimed). */
+	bool fallback_seen = error == -ENOTBLK && sb->s_magic == XFS_SB_MAGIC;
 
-	if (!sb_tracked((u64)iocb->ki_filp->f_inode->i_sb))
+	if (!sb_tracked((u64)sb))
 		return 0;
 	if (error < 0)
 		res = error;
@@ -71,6 +78,8 @@ int dio_complete(u64 *ctx)
 			t->cause |= CAUSE_RETRY;
 			return 0;
 		}
+		if (fallback_seen)
+			return 0;
 		if (error == -ENOTBLK) {
 			t->call.timed = 0;
 			res = t->call.len;
@@ -85,6 +94,9 @@ int dio_complete(u64 *ctx)
 	if (!rec || error == -EAGAIN)
 		return 0;
 	if (error == -ENOTBLK) {
+		/* Still inside its call (see aio_call_begins): counted by the fallback. */
+		if (fallback_seen && rec->tid)
+			return 0;
 		rec->timed = 0;
 		res = rec->len;
 	}
@@ -92,10 +104,20 @@ int dio_complete(u64 *ctx)
 	return 0;
 }
 
+/* iomap_dio_rw_queued(inode, pos, len): the thread's direct request is out, to complete elsewhere. */
+SEC("tp_btf/iomap_dio_rw_queued")
+int dio_rw_queued(u64 *ctx)
+{
+	if (aio_in_direct_io)
+		aio_call_queued(bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0));
+	return 0;
+}
+
 /* A read or write seen only as it starts: counted with its requested length. */
 static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter, u8 op)
 {
 	u64 kio = (u64)iocb;
+	struct io_task *t;
 	u32 *slot;
 	bool dsync;
 
@@ -107,6 +129,18 @@ static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter
 		return;
 	if (iocb->ki_complete && bpf_map_lookup_elem(&inflight_uring, &kio))
 		return;
+	/*
+	 * A direct request XFS falls back to buffered I/O for (its range could
+	 * not be dropped from the page cache): counted once, untimed.
+	 */
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (t && iocb->ki_complete && t->aio_kio == kio && aio_call_finish(t, kio))
+		return;
+	if (t && !iocb->ki_complete && t->call.start_ns && t->key == kio) {
+		t->call.timed = 0;
+		call_finish(t, t->call.len);
+		return;
+	}
 	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
 	request_untimed(*slot, op, iocb->ki_pos, iter->count,
 			iocb->ki_complete ? kiocb_iface(iocb) : IFACE_SYSCALL, dsync);

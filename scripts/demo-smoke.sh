@@ -16,6 +16,7 @@
 # last lines summarise the run (each disk's class, verdict and alerts,
 # the runbook and dashboards to open, the report's files, which must be an
 # HTML page and a PNG), that no line of its own is wider than 120 columns,
+# that the probes dropped no request (FspairEventsDropped did not fire),
 # and that the stack stopped with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -139,11 +140,23 @@ for what in \
 	'demo-mail/vda mail (confidence ' 'on ext4/btrfs qcow2. The knowledge base (site) lists this pair as worst for mail.' \
 	'Better pairs for mail: ' 'Alerts: FspairPoorPairing firing, active since ' \
 	'demo-web/vda web (confidence ' 'on xfs/ext4 raw. The knowledge base (published: ' 'lists this pair as best for web.' \
-	'why FspairPoorPairing: demo-mail disk vda' 'demo: open next:' 'runbooks runbooks/FspairPoorPairing.md' \
+	'why FspairPoorPairing: demo-mail disk vda' 'demo: open next:' \
 	'dashboards fspair / VM disk (dashboards/fspair-disk.json with domain=demo-mail)' \
 	"report $stackdir/report/report.html (rendered at " "$stackdir/report/report.png"; do
 	grep -qF -- "$what" <<<"$final" || { echo "demo-smoke: the run's summary lacks '$what':"; sed -n '/^demo: what this run showed/,$p' "$log"; exit 1; }
 done
+
+# The runbooks to open name FspairPoorPairing's (with those of any other
+# alert that fired, listed first by name).
+grep -qE 'demo: open next: runbooks ([^ ]+, )*runbooks/FspairPoorPairing\.md' <<<"$final" ||
+	{ echo "demo-smoke: the run's summary does not list runbooks/FspairPoorPairing.md to open:"; sed -n '/^demo: what this run showed/,$p' "$log"; exit 1; }
+# The probes follow both VMs' requests whole: an alert that they dropped
+# some is a failure of the exporter, said as such.
+if grep -qF 'FspairEventsDropped firing' <<<"$final"; then
+	echo "demo-smoke: FspairEventsDropped fired during the demo (the probes dropped requests; reason in its 'why' line):"
+	sed -n '/^demo: what this run showed/,$p' "$log"
+	exit 1
+fi
 
 # The demo's own lines (not the lab's, the stack script's or the
 # exporter's, which it passes on with their prefix) fit 120 columns.

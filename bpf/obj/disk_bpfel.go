@@ -98,6 +98,7 @@ type DiskIoTask struct {
 	DioOwner uint32
 	Cause    uint8
 	Pad      [7]uint8
+	AioKio   uint64
 }
 
 type DiskRegistration struct {
@@ -147,6 +148,7 @@ const (
 	DiskProgDioCompleteExit      = "dio_complete_exit"
 	DiskProgDioCompleteNested    = "dio_complete_nested"
 	DiskProgDioRwBegin           = "dio_rw_begin"
+	DiskProgDioRwQueued          = "dio_rw_queued"
 	DiskProgExt4Allocate         = "ext4_allocate"
 	DiskProgExt4Discard          = "ext4_discard"
 	DiskProgExt4FallocateEnter   = "ext4_fallocate_enter"
@@ -269,6 +271,7 @@ type DiskProgramSpecs struct {
 	DioCompleteExit     *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
 	DioCompleteNested   *ebpf.ProgramSpec `ebpf:"dio_complete_nested"`
 	DioRwBegin          *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
+	DioRwQueued         *ebpf.ProgramSpec `ebpf:"dio_rw_queued"`
 	Ext4Allocate        *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
 	Ext4Discard         *ebpf.ProgramSpec `ebpf:"ext4_discard"`
 	Ext4FallocateEnter  *ebpf.ProgramSpec `ebpf:"ext4_fallocate_enter"`
@@ -453,6 +456,7 @@ type DiskPrograms struct {
 	DioCompleteExit     *ebpf.Program `ebpf:"dio_complete_exit"`
 	DioCompleteNested   *ebpf.Program `ebpf:"dio_complete_nested"`
 	DioRwBegin          *ebpf.Program `ebpf:"dio_rw_begin"`
+	DioRwQueued         *ebpf.Program `ebpf:"dio_rw_queued"`
 	Ext4Allocate        *ebpf.Program `ebpf:"ext4_allocate"`
 	Ext4Discard         *ebpf.Program `ebpf:"ext4_discard"`
 	Ext4FallocateEnter  *ebpf.Program `ebpf:"ext4_fallocate_enter"`
@@ -522,6 +526,7 @@ func (p *DiskPrograms) Close() error {
 		p.DioCompleteExit,
 		p.DioCompleteNested,
 		p.DioRwBegin,
+		p.DioRwQueued,
 		p.Ext4Allocate,
 		p.Ext4Discard,
 		p.Ext4FallocateEnter,

@@ -79,6 +79,7 @@ type HostIoTask struct {
 	DioOwner uint32
 	Cause    uint8
 	Pad      [7]uint8
+	AioKio   uint64
 }
 
 type HostRqIssue struct {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -440,7 +441,9 @@ func (inv *Inventory) identify(e *entry) error {
 	}
 	// Read through the descriptor held since the disk was tracked, not
 	// the path: the path may name another file by now.
-	info, err := probeOpen(e.file, format)
+	r, done := e.imageReader()
+	info, err := probeOpen(e.file, r, format)
+	done()
 	if err != nil {
 		err = fmt.Errorf("probe image %s: %w", e.SourceFile, err)
 		e.lastError = err
@@ -463,13 +466,13 @@ func (inv *Inventory) identify(e *entry) error {
 	return nil
 }
 
-// probeOpen identifies the open image file f.
-func probeOpen(f *os.File, format string) (*diskimage.Info, error) {
+// probeOpen identifies the open image file f, read through r.
+func probeOpen(f *os.File, r io.ReaderAt, format string) (*diskimage.Info, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	return diskimage.ProbeAs(f, fi.Size(), format)
+	return diskimage.ProbeAs(r, fi.Size(), format)
 }
 
 func (e *entry) probeConfig() probe.ImageConfig {
@@ -500,7 +503,9 @@ func (inv *Inventory) syncClusters(e *entry) {
 		inv.layoutFailed(e, fmt.Errorf("stat image: %w", err))
 		return
 	}
-	layout, err := diskimage.Qcow2Metadata(e.file, fi.Size(), inv.opts.MaxFormatClusters)
+	r, done := e.imageReader()
+	layout, err := diskimage.Qcow2Metadata(r, fi.Size(), inv.opts.MaxFormatClusters)
+	done()
 	if err != nil {
 		inv.layoutFailed(e, err)
 		return

@@ -121,6 +121,7 @@ var programs = []program{
 	// tracepoint: iomap's and the file systems' tracepoints.
 	{name: bpf.DiskProgDioRwBegin, modes: tracepointOnly},
 	{name: bpf.DiskProgDioComplete, modes: tracepointOnly},
+	{name: bpf.DiskProgDioRwQueued, modes: tracepointOnly},
 	{name: bpf.DiskProgXfsBufferedRead, modes: tracepointOnly, fs: fsXFS},
 	{name: bpf.DiskProgXfsBufferedWrite, modes: tracepointOnly, fs: fsXFS},
 	{name: bpf.DiskProgXfsFsync, modes: tracepointOnly, fs: fsXFS},
@@ -252,7 +253,9 @@ type need struct {
 // syscallAIOTiming are the syscall mode's iomap programs (Linux 6.3+) that
 // time a linux-aio request to its completion; without them the request is
 // counted when io_submit returns.
-var syscallAIOTiming = []string{bpf.DiskProgIomapDioBegin, bpf.DiskProgIomapDioDone}
+// The queued one tells a request that completes later from one done
+// inside its call (a buffered fallback).
+var syscallAIOTiming = []string{bpf.DiskProgIomapDioBegin, bpf.DiskProgIomapDioQueued, bpf.DiskProgIomapDioDone}
 
 // fentryFS gives each file system's fentry/fexit program pairs.
 var fentryFS = map[string]struct{ read, write, fsync, fallocate []string }{
@@ -321,7 +324,13 @@ func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need
 			if fs == fsBtrfs && op == "write" && (kernel[0] > 6 || kernel[0] == 6 && kernel[1] >= 12) {
 				return need{}, false
 			}
-			return need{all: []string{bpf.DiskProgDioRwBegin, bpf.DiskProgDioComplete}}, true
+			n := need{all: []string{bpf.DiskProgDioRwBegin, bpf.DiskProgDioComplete}}
+			if path == PathLinuxAIO {
+				// Without it a linux-aio request cannot be told from
+				// one done inside its call: counted, untimed.
+				n.timing = []string{bpf.DiskProgDioRwQueued}
+			}
+			return n, true
 		case op == "flush":
 			// The sync an O_DSYNC write does for itself looks like a flush here.
 			if dsyncCache(cache) {

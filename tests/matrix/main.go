@@ -77,6 +77,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&fsList, "fs", strings.Join(FileSystems, ","), "guest file systems")
 	fs.StringVar(&engines, "engines", "psync,libaio,io_uring", "fio engines")
 	fs.StringVar(&probeList, "probe-fs", strings.Join(FileSystems, ","), `file systems the probe test binary runs on ("" for none)`)
+	fs.StringVar(&o.ProbeRun, "probe-run", "", "the probe test binary's -test.run (default: every test)")
 	fs.IntVar(&o.ProbeCPUs, "probe-cpus", 1, "guest CPUs left online while the probe test binary runs (0: all; see Options.ProbeCPUs)")
 	fs.StringVar(&o.ExporterPer, "exporter-per", "mode", "cell: start the exporter for each cell; mode: once per kernel and mode, tracking every cell's file")
 	fs.IntVar(&o.FileMiB, "file-mib", 64, "fio data file size")
