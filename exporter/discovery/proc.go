@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/fspair/fspair/exporter/diskimage"
 )
 
 // Bounds for reading other processes' /proc files.
@@ -343,7 +345,7 @@ func (s *ProcScanner) scanFDs(dir string, vm *VM, stats *ScanStats) error {
 	// backing chain read-only. Those are not disks of their own.
 	backing := map[fileID]bool{}
 	for _, f := range files {
-		name, isQcow2 := readQcow2Backing(f.link)
+		name, isQcow2 := readQcow2Backing(f.link, f.flags&syscall.O_DIRECT != 0)
 		f.qcow2 = isQcow2
 		if name == "" {
 			continue
@@ -503,15 +505,23 @@ func fdFlags(p string) (uint64, error) {
 // qcow2 image and the backing file name its header records ("" for none).
 // Header layout from QEMU's docs/interop/qcow2.txt: magic (4 bytes),
 // version (4), backing_file_offset (8), backing_file_size (4, at most 1023),
-// all big-endian.
-func readQcow2Backing(p string) (backing string, isQcow2 bool) {
+// all big-endian. direct: the VMM has the file open with O_DIRECT, and so
+// is it read (diskimage.DirectReader says why).
+func readQcow2Backing(p string, direct bool) (backing string, isQcow2 bool) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", false
 	}
 	defer f.Close()
+	var r io.ReaderAt = f
+	if direct {
+		if d, err := diskimage.OpenDirect(f); err == nil {
+			defer d.Close()
+			r = d
+		}
+	}
 	var hdr [20]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+	if _, err := r.ReadAt(hdr[:], 0); err != nil {
 		return "", false
 	}
 	if !bytes.Equal(hdr[:4], qcow2Magic) {
@@ -523,7 +533,7 @@ func readQcow2Backing(p string) (backing string, isQcow2 bool) {
 		return "", true
 	}
 	name := make([]byte, size)
-	if _, err := f.ReadAt(name, int64(off)); err != nil {
+	if _, err := r.ReadAt(name, int64(off)); err != nil {
 		return "", true
 	}
 	return string(name), true

@@ -169,27 +169,40 @@ func TestScanProcMissingRoot(t *testing.T) {
 }
 
 func TestReadQcow2BackingBounds(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "bad.qcow2")
-	hdr := make([]byte, 64)
-	copy(hdr, qcow2Magic)
-	binary.BigEndian.PutUint64(hdr[8:], 1<<62) // offset far beyond the file
-	binary.BigEndian.PutUint32(hdr[16:], 10)
-	if err := os.WriteFile(p, hdr, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if name, ok := readQcow2Backing(p); !ok || name != "" {
-		t.Errorf("got %q, %v; want qcow2 without backing name", name, ok)
-	}
-	binary.BigEndian.PutUint64(hdr[8:], 32)
-	binary.BigEndian.PutUint32(hdr[16:], 1<<20) // longer than the 1023 the spec allows
-	if err := os.WriteFile(p, hdr, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if name, ok := readQcow2Backing(p); !ok || name != "" {
-		t.Errorf("got %q, %v; want qcow2 without backing name", name, ok)
-	}
-	if _, ok := readQcow2Backing(filepath.Join(dir, "missing")); ok {
-		t.Error("missing file reported as qcow2")
+	for _, direct := range []bool{false, true} {
+		dir := t.TempDir()
+		p := filepath.Join(dir, "bad.qcow2")
+		hdr := make([]byte, 64)
+		copy(hdr, qcow2Magic)
+		binary.BigEndian.PutUint64(hdr[8:], 1<<62) // offset far beyond the file
+		binary.BigEndian.PutUint32(hdr[16:], 10)
+		if err := os.WriteFile(p, hdr, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if name, ok := readQcow2Backing(p, direct); !ok || name != "" {
+			t.Errorf("direct %v: got %q, %v; want qcow2 without backing name", direct, name, ok)
+		}
+		binary.BigEndian.PutUint64(hdr[8:], 32)
+		binary.BigEndian.PutUint32(hdr[16:], 1<<20) // longer than the 1023 the spec allows
+		if err := os.WriteFile(p, hdr, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if name, ok := readQcow2Backing(p, direct); !ok || name != "" {
+			t.Errorf("direct %v: got %q, %v; want qcow2 without backing name", direct, name, ok)
+		}
+		// A backing name across the first 4 KiB block's end.
+		hdr = append(make([]byte, 4090), "base.qcow2"...)
+		copy(hdr, qcow2Magic)
+		binary.BigEndian.PutUint64(hdr[8:], 4090)
+		binary.BigEndian.PutUint32(hdr[16:], 10)
+		if err := os.WriteFile(p, hdr, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if name, ok := readQcow2Backing(p, direct); !ok || name != "base.qcow2" {
+			t.Errorf("direct %v: got %q, %v; want qcow2 backed by base.qcow2", direct, name, ok)
+		}
+		if _, ok := readQcow2Backing(filepath.Join(dir, "missing"), direct); ok {
+			t.Errorf("direct %v: missing file reported as qcow2", direct)
+		}
 	}
 }

@@ -721,3 +721,23 @@ func (inv *Inventory) Close() {
 		inv.remove(id, e)
 	}
 }
+
+// directCache reports whether the VMM reads and writes the disk's image
+// with O_DIRECT.
+func directCache(cache string) bool {
+	return cache == "none" || cache == "directsync" || cache == discovery.CacheDirect
+}
+
+// imageReader is what the exporter reads e's image through: the held
+// descriptor, or for a disk in direct I/O the same file opened again with
+// O_DIRECT (diskimage.DirectReader says why). done closes what was opened.
+func (e *entry) imageReader() (r io.ReaderAt, done func()) {
+	if !directCache(e.Cache) {
+		return e.file, func() {}
+	}
+	d, err := diskimage.OpenDirect(e.file)
+	if err != nil {
+		return e.file, func() {}
+	}
+	return d, func() { d.Close() }
+}

@@ -1,4 +1,4 @@
-package inventory
+package diskimage
 
 import (
 	"errors"
@@ -8,53 +8,43 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/fspair/fspair/exporter/discovery"
 )
 
 // directAlign is the offset, length and memory alignment of the exporter's
 // O_DIRECT reads: a page, a multiple of every logical block size below it.
 const directAlign = 4096
 
-// directReader reads an image file with O_DIRECT, past the host page
+// DirectReader reads an image file with O_DIRECT, past the host page
 // cache. The exporter reads an image's header, tables and guest
-// superblocks every refresh; on a disk the VMM opened with O_DIRECT
+// superblocks again and again; on a disk the VMM opened with O_DIRECT
 // (cache=none, directsync) pages the exporter left in the page cache are
 // a cost the VM pays: each direct write over them must drop them first,
 // and where the kernel cannot (the exporter reading them at that moment)
 // the file system turns the VM's direct write into a buffered one. Reads
 // the file system refuses with O_DIRECT (EINVAL) go through the buffered
 // descriptor instead.
-type directReader struct {
+type DirectReader struct {
 	direct   *os.File
 	buffered *os.File
 }
 
-// directCache reports whether the VMM reads and writes the disk's image
-// with O_DIRECT.
-func directCache(cache string) bool {
-	return cache == "none" || cache == "directsync" || cache == discovery.CacheDirect
+// OpenDirect opens the file f has open again, with O_DIRECT (through
+// /proc/self/fd, so it is that file whatever its path names now). It
+// fails where the file system has no O_DIRECT (tmpfs before Linux 6.6).
+func OpenDirect(f *os.File) (*DirectReader, error) {
+	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s with O_DIRECT: %w", f.Name(), err)
+	}
+	return &DirectReader{direct: d, buffered: f}, nil
 }
 
-// imageReader is what the exporter reads e's image through: the held
-// descriptor, or for a disk in direct I/O the same file opened again with
-// O_DIRECT (through /proc/self/fd, so it is the file held, whatever its
-// path names now). done closes what was opened.
-func (e *entry) imageReader() (r io.ReaderAt, done func()) {
-	if !directCache(e.Cache) {
-		return e.file, func() {}
-	}
-	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", e.file.Fd()), os.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err != nil {
-		// tmpfs and some others have no O_DIRECT.
-		return e.file, func() {}
-	}
-	return &directReader{direct: f, buffered: e.file}, func() { f.Close() }
-}
+// Close closes the O_DIRECT descriptor (not f).
+func (r *DirectReader) Close() error { return r.direct.Close() }
 
 // ReadAt reads the aligned blocks around [off, off+len(p)) and copies
 // what p asks for.
-func (r *directReader) ReadAt(p []byte, off int64) (int, error) {
+func (r *DirectReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s at %d: negative offset", r.direct.Name(), off)
 	}
