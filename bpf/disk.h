@@ -935,6 +935,8 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 		return;
 	if (iomap)
 		aio_call_ended(t, kio);
+	else if (t)
+		t->aio_kio = kio; /* inside its call until rw_exit (see dio_completed) */
 	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct)) {
 		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try). */
 		struct inflight *again = iomap ? bpf_map_lookup_elem(&inflight_aio, &kio) : NULL;

@@ -66,8 +66,10 @@ static __always_inline void rw_exit(struct kiocb *iocb, s64 ret)
 	if (!sb_tracked((u64)f->f_inode->i_sb))
 		return;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
-	if (t)
+	if (t) {
 		t->dio_owner = 0;
+		t->aio_kio = 0;
+	}
 	if (!iocb->ki_complete) {
 		if (t && t->call.start_ns && t->key == kio)
 			call_finish(t, ret);
@@ -104,6 +106,7 @@ static __always_inline void dio_completed(u64 *ctx)
 	struct iomap_dio *dio = (void *)ctx[0];
 	s64 ret = (s64)ctx[1];
 	struct inflight *rec;
+	struct io_task *t;
 	u64 kio;
 
 	if (!aio_in_direct_io)
@@ -112,6 +115,16 @@ static __always_inline void dio_completed(u64 *ctx)
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec || ret == -ENOTBLK || ret == -EAGAIN)
 		return;
+	/*
+	 * Less than asked, inside the submitting call: the file system may go
+	 * on with the rest (Btrfs writes it buffered when the range is in the
+	 * page cache); rw_exit counts what the call returns.
+	 */
+	if (ret < (s64)rec->len) {
+		t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+		if (t && t->aio_kio == kio)
+			return;
+	}
 	aio_done(rec, kio, ret, true);
 }
 

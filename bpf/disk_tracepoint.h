@@ -93,6 +93,9 @@ int dio_complete(u64 *ctx)
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec || error == -EAGAIN)
 		return 0;
+	/* Less than asked inside its call: the file system may go on (see aio_call_begins). */
+	if (res >= 0 && res < (s64)rec->len && rec->tid == (u32)bpf_get_current_pid_tgid())
+		return 0;
 	if (error == -ENOTBLK) {
 		/* Still inside its call (see aio_call_begins): counted by the fallback. */
 		if (fallback_seen && rec->tid)

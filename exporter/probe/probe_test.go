@@ -345,15 +345,16 @@ type iocb struct {
 }
 
 // aioRound submits n 4 KiB requests of opcode (0 read, 1 write) with
-// io_submit and waits for them with io_getevents.
-func aioRound(t *testing.T, fd int, opcode uint16, n int) {
+// io_submit and waits for them with io_getevents; it returns their results.
+func aioRound(t *testing.T, fd int, opcode uint16, n int) []int64 {
 	t.Helper()
-	aioRoundAt(t, fd, opcode, n, 4096, func(i int) int64 { return int64(i) * 4096 })
+	return aioRoundAt(t, fd, opcode, n, 4096, func(i int) int64 { return int64(i) * 4096 })
 }
 
 // aioRoundAt submits n linux-aio requests of size bytes at off(i) in one
-// io_submit and reaps them all.
-func aioRoundAt(t *testing.T, fd int, opcode uint16, n, size int, off func(int) int64) {
+// io_submit and reaps them all; it returns their results (bytes or -errno),
+// in the order they completed.
+func aioRoundAt(t *testing.T, fd int, opcode uint16, n, size int, off func(int) int64) []int64 {
 	t.Helper()
 	var ctx uintptr
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 64, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
@@ -375,13 +376,18 @@ func aioRoundAt(t *testing.T, fd int, opcode uint16, n, size int, off func(int) 
 	events := make([][4]uint64, n)
 	got := 0
 	for got < n {
-		r, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 1, uintptr(n-got), uintptr(unsafe.Pointer(&events[0])), 0, 0)
+		r, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 1, uintptr(n-got), uintptr(unsafe.Pointer(&events[got])), 0, 0)
 		if e != 0 {
 			t.Fatalf("io_getevents: %v", e)
 		}
 		got += int(r)
 	}
 	runtime.KeepAlive(cbs)
+	res := make([]int64, n)
+	for i, ev := range events {
+		res[i] = int64(ev[2])
+	}
+	return res
 }
 
 // TestLinuxAIO covers both ways a linux-aio request ends: direct I/O seen
