@@ -456,8 +456,7 @@ int iomap_dio_queued(u64 *ctx)
 	return 0;
 }
 
-SEC("tp_btf/iomap_dio_complete")
-int iomap_dio_done(u64 *ctx)
+static __always_inline void iomap_dio_done_body(u64 *ctx)
 {
 	u64 kio = ctx[0];
 	s64 error = (s32)ctx[1];
@@ -467,10 +466,10 @@ int iomap_dio_done(u64 *ctx)
 
 	/* Every direct I/O completes here; only linux-aio requests are looked up. */
 	if (!aio_in_direct_io)
-		return 0;
+		return;
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec)
-		return 0;
+		return;
 	if (error == -ENOTBLK || error == -EAGAIN) {
 		/*
 		 * The file system goes on within the call: -ENOTBLK falls back to
@@ -484,12 +483,26 @@ int iomap_dio_done(u64 *ctx)
 		bpf_map_update_elem(&aio_pending, &key, rec, BPF_ANY);
 		if (bpf_map_delete_elem(&inflight_aio, &kio) == 0 && aio_in_direct_io)
 			inc(&aio_in_direct_io, -1);
-		return 0;
+		return;
 	}
 	/* Less than asked inside its call: the file system may go on (see aio_call_begins). */
 	if (error >= 0 && ret >= 0 && ret < (s64)rec->len && rec->tid == (u32)bpf_get_current_pid_tgid())
-		return 0;
+		return;
 	aio_done(rec, kio, error < 0 ? error : ret, true);
+}
+
+SEC("tp_btf/iomap_dio_complete")
+int iomap_dio_done(u64 *ctx)
+{
+	iomap_dio_done_body(ctx);
+	return 0;
+}
+
+/* The same completion, a second program: see dio_done_nested. */
+SEC("tp_btf/iomap_dio_complete")
+int iomap_done_nested(u64 *ctx)
+{
+	iomap_dio_done_body(ctx);
 	return 0;
 }
 

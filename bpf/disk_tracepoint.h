@@ -54,8 +54,7 @@ int dio_rw_begin(u64 *ctx)
  * on XFS only (rw_untimed counts the request there): elsewhere the request
  * counts whole here, untimed.
  */
-SEC("tp_btf/iomap_dio_complete")
-int dio_complete(u64 *ctx)
+static __always_inline void dio_complete_body(u64 *ctx)
 {
 	struct kiocb *iocb = (void *)ctx[0];
 	s64 error = (s32)ctx[1], res = (s64)ctx[2];
@@ -67,43 +66,63 @@ int dio_complete(u64 *ctx)
 	bool fallback_seen = error == -ENOTBLK && sb->s_magic == XFS_SB_MAGIC;
 
 	if (!sb_tracked((u64)sb))
-		return 0;
+		return;
 	if (error < 0)
 		res = error;
 	if (!iocb->ki_complete) {
 		t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 		if (!t || !t->call.start_ns || t->key != kio)
-			return 0;
+			return;
 		if (error == -EAGAIN) {
 			t->cause |= CAUSE_RETRY;
-			return 0;
+			return;
 		}
 		if (fallback_seen)
-			return 0;
+			return;
 		if (error == -ENOTBLK) {
 			t->call.timed = 0;
 			res = t->call.len;
 		}
 		t->dio_owner = 0;
 		call_finish(t, res);
-		return 0;
+		return;
 	}
 	if (!aio_in_direct_io)
-		return 0;
+		return;
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (!rec || error == -EAGAIN)
-		return 0;
+		return;
 	/* Less than asked inside its call: the file system may go on (see aio_call_begins). */
 	if (res >= 0 && res < (s64)rec->len && rec->tid == (u32)bpf_get_current_pid_tgid())
-		return 0;
+		return;
 	if (error == -ENOTBLK) {
 		/* Still inside its call (see aio_call_begins): counted by the fallback. */
 		if (fallback_seen && rec->tid)
-			return 0;
+			return;
 		rec->timed = 0;
 		res = rec->len;
 	}
 	aio_done(rec, kio, res, error != -ENOTBLK);
+}
+
+SEC("tp_btf/iomap_dio_complete")
+int dio_complete(u64 *ctx)
+{
+	dio_complete_body(ctx);
+	return 0;
+}
+
+/*
+ * The same completion, a second program: the kernel skips a program
+ * that is already running on the CPU (a completion in interrupt context
+ * on top of one in a task, as a direct read of another process completes
+ * in its own context), never another program. Of the two, the first to
+ * run completes the request; the other finds it gone.
+ */
+SEC("tp_btf/iomap_dio_complete")
+int dio_done_nested(u64 *ctx)
+{
+	dio_complete_body(ctx);
 	return 0;
 }
 

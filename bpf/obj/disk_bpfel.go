@@ -147,6 +147,7 @@ const (
 	DiskProgDioComplete          = "dio_complete"
 	DiskProgDioCompleteExit      = "dio_complete_exit"
 	DiskProgDioCompleteNested    = "dio_complete_nested"
+	DiskProgDioDoneNested        = "dio_done_nested"
 	DiskProgDioRwBegin           = "dio_rw_begin"
 	DiskProgDioRwQueued          = "dio_rw_queued"
 	DiskProgExt4Allocate         = "ext4_allocate"
@@ -177,6 +178,7 @@ const (
 	DiskProgIomapDioBegin        = "iomap_dio_begin"
 	DiskProgIomapDioDone         = "iomap_dio_done"
 	DiskProgIomapDioQueued       = "iomap_dio_queued"
+	DiskProgIomapDoneNested      = "iomap_done_nested"
 	DiskProgPread64Enter         = "pread64_enter"
 	DiskProgPread64Exit          = "pread64_exit"
 	DiskProgPreadv2Enter         = "preadv2_enter"
@@ -270,6 +272,7 @@ type DiskProgramSpecs struct {
 	DioComplete         *ebpf.ProgramSpec `ebpf:"dio_complete"`
 	DioCompleteExit     *ebpf.ProgramSpec `ebpf:"dio_complete_exit"`
 	DioCompleteNested   *ebpf.ProgramSpec `ebpf:"dio_complete_nested"`
+	DioDoneNested       *ebpf.ProgramSpec `ebpf:"dio_done_nested"`
 	DioRwBegin          *ebpf.ProgramSpec `ebpf:"dio_rw_begin"`
 	DioRwQueued         *ebpf.ProgramSpec `ebpf:"dio_rw_queued"`
 	Ext4Allocate        *ebpf.ProgramSpec `ebpf:"ext4_allocate"`
@@ -300,6 +303,7 @@ type DiskProgramSpecs struct {
 	IomapDioBegin       *ebpf.ProgramSpec `ebpf:"iomap_dio_begin"`
 	IomapDioDone        *ebpf.ProgramSpec `ebpf:"iomap_dio_done"`
 	IomapDioQueued      *ebpf.ProgramSpec `ebpf:"iomap_dio_queued"`
+	IomapDoneNested     *ebpf.ProgramSpec `ebpf:"iomap_done_nested"`
 	Pread64Enter        *ebpf.ProgramSpec `ebpf:"pread64_enter"`
 	Pread64Exit         *ebpf.ProgramSpec `ebpf:"pread64_exit"`
 	Preadv2Enter        *ebpf.ProgramSpec `ebpf:"preadv2_enter"`
@@ -455,6 +459,7 @@ type DiskPrograms struct {
 	DioComplete         *ebpf.Program `ebpf:"dio_complete"`
 	DioCompleteExit     *ebpf.Program `ebpf:"dio_complete_exit"`
 	DioCompleteNested   *ebpf.Program `ebpf:"dio_complete_nested"`
+	DioDoneNested       *ebpf.Program `ebpf:"dio_done_nested"`
 	DioRwBegin          *ebpf.Program `ebpf:"dio_rw_begin"`
 	DioRwQueued         *ebpf.Program `ebpf:"dio_rw_queued"`
 	Ext4Allocate        *ebpf.Program `ebpf:"ext4_allocate"`
@@ -485,6 +490,7 @@ type DiskPrograms struct {
 	IomapDioBegin       *ebpf.Program `ebpf:"iomap_dio_begin"`
 	IomapDioDone        *ebpf.Program `ebpf:"iomap_dio_done"`
 	IomapDioQueued      *ebpf.Program `ebpf:"iomap_dio_queued"`
+	IomapDoneNested     *ebpf.Program `ebpf:"iomap_done_nested"`
 	Pread64Enter        *ebpf.Program `ebpf:"pread64_enter"`
 	Pread64Exit         *ebpf.Program `ebpf:"pread64_exit"`
 	Preadv2Enter        *ebpf.Program `ebpf:"preadv2_enter"`
@@ -525,6 +531,7 @@ func (p *DiskPrograms) Close() error {
 		p.DioComplete,
 		p.DioCompleteExit,
 		p.DioCompleteNested,
+		p.DioDoneNested,
 		p.DioRwBegin,
 		p.DioRwQueued,
 		p.Ext4Allocate,
@@ -555,6 +562,7 @@ func (p *DiskPrograms) Close() error {
 		p.IomapDioBegin,
 		p.IomapDioDone,
 		p.IomapDioQueued,
+		p.IomapDoneNested,
 		p.Pread64Enter,
 		p.Pread64Exit,
 		p.Preadv2Enter,

@@ -122,6 +122,7 @@ var programs = []program{
 	{name: bpf.DiskProgDioRwBegin, modes: tracepointOnly},
 	{name: bpf.DiskProgDioComplete, modes: tracepointOnly},
 	{name: bpf.DiskProgDioRwQueued, modes: tracepointOnly},
+	{name: bpf.DiskProgDioDoneNested, modes: tracepointOnly},
 	{name: bpf.DiskProgXfsBufferedRead, modes: tracepointOnly, fs: fsXFS},
 	{name: bpf.DiskProgXfsBufferedWrite, modes: tracepointOnly, fs: fsXFS},
 	{name: bpf.DiskProgXfsFsync, modes: tracepointOnly, fs: fsXFS},
@@ -156,6 +157,7 @@ var programs = []program{
 	{name: bpf.DiskProgIomapDioBegin, modes: syscallOnly},
 	{name: bpf.DiskProgIomapDioQueued, modes: syscallOnly},
 	{name: bpf.DiskProgIomapDioDone, modes: syscallOnly},
+	{name: bpf.DiskProgIomapDoneNested, modes: syscallOnly},
 }
 
 // inMode reports whether the program is loaded in mode m.
