@@ -75,19 +75,29 @@ func StartLibvirt(progress io.Writer) (lv *Libvirt, err error) {
 		return nil, err
 	}
 	lv = &Libvirt{}
-	if socketAnswers(LibvirtSocketRW) {
-		fmt.Fprintf(progress, "lab: using the libvirtd already running on %s\n", LibvirtSocketRW)
-		if _, err := Virsh(context.Background(), "uri"); err != nil {
-			return nil, fmt.Errorf("libvirtd on %s does not open %s: %w", LibvirtSocketRW, libvirtURI, err)
-		}
-		return lv, nil
-	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, lv.Close())
 			lv = nil
 		}
 	}()
+	if socketAnswers(LibvirtSocketRW) {
+		fmt.Fprintf(progress, "lab: using the libvirtd already running on %s\n", LibvirtSocketRW)
+		if _, err := Virsh(context.Background(), "uri"); err != nil {
+			return lv, fmt.Errorf("libvirtd on %s does not open %s: %w", LibvirtSocketRW, libvirtURI, err)
+		}
+		// A libvirtd whose virtlogd is gone (killed with the process
+		// that started them) creates no domain: "Failed to connect
+		// socket to '/run/libvirt/virtlogd-sock'".
+		if !socketAnswers(virtlogdSocket) {
+			d, err := startDaemon("virtlogd", virtlogdSocket, progress)
+			if err != nil {
+				return lv, err
+			}
+			lv.undo = append(lv.undo, d.Stop)
+		}
+		return lv, nil
+	}
 
 	if _, err := user.Lookup(libvirtQEMUUser); err != nil {
 		out, err := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
