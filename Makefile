@@ -3,11 +3,16 @@
 
 GO        ?= go
 BIN       := bin/fspair_exporter
-PROMTOOL  ?= promtool
 # Time given to each fuzz target in `make fuzz` (the seed corpora also run in `make test`).
 FUZZTIME  ?= 1000000x
 
 export GOFLAGS := -mod=mod
+
+# The Prometheus, Alertmanager and Grafana versions fspair is tested with and
+# bundles (PROMETHEUS_VERSION, ALERTMANAGER_VERSION, GRAFANA_VERSION), pinned
+# in one file that scripts and tests read too; `make promstack` builds the
+# first two into a cache outside the repository.
+include deploy/versions.env
 SHELL := /bin/bash
 
 # The kernels the kernel matrix boots in TCG guests (tests/matrix): Debian 12's
@@ -17,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -44,8 +49,11 @@ check-rules: rules
 dashboards:
 	bash scripts/dashboards.sh generate
 
+# Drift against dashboards/gen, then the model of the pinned Grafana
+# (@grafana/schema; dashboards/README.md).
 check-dashboards:
 	bash scripts/dashboards.sh check
+	bash scripts/dashboards.sh schema
 
 lint: build
 	@echo "== gofmt"; test -z "$$(gofmt -l exporter bpf tests rules bench report dashboards deploy)" || { gofmt -l exporter bpf tests rules bench report dashboards deploy; exit 1; }
@@ -54,7 +62,13 @@ lint: build
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
+test: promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
+
+# The pinned Prometheus and Alertmanager, built once into a cache outside the
+# repository (scripts/promstack.sh; cold: minutes, then seconds).
+promstack:
+	@echo "== Prometheus $(PROMETHEUS_VERSION) and Alertmanager $(ALERTMANAGER_VERSION) (scripts/promstack.sh)"
+	@start=$$(date +%s); bash scripts/promstack.sh build && echo "promstack: ready in $$(( $$(date +%s) - start )) s"
 
 unit-test:
 	@echo "== unit and BPF tests"

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,14 +17,14 @@ import (
 	"github.com/fspair/fspair/tests/alerting"
 )
 
-// One real Prometheus for the package's tests (tests/alerting's stack): it
-// parses every query (rule target-promql) and, loaded with the repository's
-// committed rules and scraping synthetic exporter series, evaluates every
-// panel as Grafana would show it.
+// One real Prometheus per release for the package's tests (tests/alerting's
+// stack): the pinned one parses every query (rule target-promql) and, loaded
+// with the repository's committed rules and scraping synthetic exporter
+// series, each evaluates every panel as Grafana would show it.
 var (
-	stackOnce  sync.Once
-	stack      *alerting.Stack
-	stackErr   error
+	stackMu    sync.Mutex
+	stacks     = map[string]*alerting.Stack{}
+	stackErrs  = map[string]error{}
 	stackClean []func() error
 )
 
@@ -44,7 +46,7 @@ func syntheticDisks() []alerting.SyntheticDisk {
 	}
 }
 
-func startStack() (*alerting.Stack, error) {
+func startStack(prometheus string) (*alerting.Stack, error) {
 	root, err := alerting.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -75,6 +77,7 @@ func startStack() (*alerting.Stack, error) {
 	s, err := alerting.New(ctx, alerting.Options{
 		RulesDir:      dir,
 		ScrapeTargets: []alerting.Target{{Address: target.Addr()}},
+		Prometheus:    prometheus,
 	})
 	if err != nil {
 		return nil, err
@@ -104,15 +107,26 @@ func everySecond(path string) ([]byte, error) {
 	return yaml.Marshal(f)
 }
 
-// promStack starts the shared stack on first use; the test fails, never
-// skips, when Prometheus or Alertmanager is missing (make deps installs them).
+// promStack is the pinned Prometheus's stack (promStackOf).
 func promStack(t *testing.T) *alerting.Stack {
 	t.Helper()
-	stackOnce.Do(func() { stack, stackErr = startStack() })
-	if stackErr != nil {
-		t.Fatalf("start a Prometheus to check the queries with: %v", stackErr)
+	return promStackOf(t, alerting.Releases(t)[0])
+}
+
+// promStackOf starts the stack of release r on first use; the test fails,
+// never skips, when Prometheus or Alertmanager is missing
+// (scripts/promstack.sh builds the pinned ones, make deps installs 2.42).
+func promStackOf(t *testing.T, r alerting.PromRelease) *alerting.Stack {
+	t.Helper()
+	stackMu.Lock()
+	defer stackMu.Unlock()
+	if _, ok := stacks[r.Name]; !ok && stackErrs[r.Name] == nil {
+		stacks[r.Name], stackErrs[r.Name] = startStack(r.Prometheus)
 	}
-	return stack
+	if err := stackErrs[r.Name]; err != nil {
+		t.Fatalf("start Prometheus %s to check the queries with: %v", r.Name, err)
+	}
+	return stacks[r.Name]
 }
 
 func TestMain(m *testing.M) {
@@ -220,7 +234,12 @@ func waitForRules(t *testing.T, s *alerting.Stack) {
 // data unless emptyReasons says why it cannot here. A panel reading a
 // label or series the rules do not produce comes back empty and fails.
 func TestPanelsOnSyntheticDisks(t *testing.T) {
-	s := promStack(t)
+	for _, r := range alerting.Releases(t) {
+		t.Run("prometheus-"+r.Name, func(t *testing.T) { panelsOnSyntheticDisks(t, promStackOf(t, r)) })
+	}
+}
+
+func panelsOnSyntheticDisks(t *testing.T, s *alerting.Stack) {
 	waitForRules(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -269,4 +288,85 @@ func TestPanelsOnSyntheticDisks(t *testing.T) {
 		return
 	}
 	t.Error("fspair-fleet.json has no panel listing the disks on worst pairs")
+}
+
+// leMatcher is a selector on a bucket's le text (le="4096", le=~"...").
+var leMatcher = regexp.MustCompile(`\ble\s*(=|!=|=~|!~)\s*\\?"`)
+
+// TestBucketLabels: Prometheus 3 stores a classic histogram bucket's le in
+// float form ("512.0"), 2.x as the exporter wrote it ("512"). fspair's
+// rules and panels never select a bucket by its le text (they aggregate by
+// le and read it as a number), so they read the same on both; only a
+// heatmap whose range spans an in-place upgrade shows both forms (README).
+func TestBucketLabels(t *testing.T) {
+	root, err := alerting.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "rules", "*.yml"))
+	more, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
+	if len(files) < 3 || len(more) < 4 {
+		t.Fatalf("found %d rule files and %d dashboards, want at least 3 and 4", len(files), len(more))
+	}
+	for _, f := range append(files, more...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := leMatcher.Find(b); m != nil {
+			t.Errorf("%s selects buckets by their le text (%s): it matches nothing on one of Prometheus 2 and 3", f, m)
+		}
+	}
+	for _, r := range alerting.Releases(t) {
+		t.Run("prometheus-"+r.Name, func(t *testing.T) {
+			les := bucketBounds(t, promStackOf(t, r))
+			// An integral bound the exporter writes plainly ("4096"); one
+			// written in exponent form ("1.048576e+06") is the same in both.
+			plain, dotZero := 0, 0
+			for _, le := range les {
+				if _, err := strconv.ParseFloat(le, 64); err != nil {
+					t.Fatalf("le=%q is no number", le)
+				}
+				switch {
+				case strings.HasSuffix(le, ".0"):
+					dotZero++
+				case le != "+Inf" && !strings.ContainsAny(le, ".e"):
+					plain++
+				}
+			}
+			t.Logf("%d bucket bounds: %d integral as written (\"4096\"), %d in float form (\"4096.0\")", len(les), plain, dotZero)
+			switch {
+			case r.Major >= 3 && (plain > 0 || dotZero == 0):
+				t.Errorf("Prometheus %s: %d integral bounds stored as written, %d in float form; 3.x stores every one in float form", r.Name, plain, dotZero)
+			case r.Major < 3 && (plain == 0 || dotZero > 0):
+				t.Errorf("Prometheus %s: %d integral bounds stored as written, %d in float form; 2.x stores them as written", r.Name, plain, dotZero)
+			}
+		})
+	}
+}
+
+// bucketBounds returns the distinct le values of fspair's classic
+// histograms as stack s stored them, waiting for the first scrapes.
+func bucketBounds(t *testing.T, s *alerting.Stack) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		got, err := s.Query(ctx, `count by (le) ({__name__=~"fspair_.+_bucket"})`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > 1 {
+			var les []string
+			for _, g := range got {
+				les = append(les, g.Labels["le"])
+			}
+			return les
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no fspair histogram buckets scraped after a minute")
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fspair/fspair/exporter/privilege"
+	"github.com/fspair/fspair/tests/alerting"
 )
 
 // loadCompose loads compose.yaml with compose-go as `docker compose` does,
@@ -176,23 +177,49 @@ func TestComposeImagesPinned(t *testing.T) {
 	}
 }
 
-// TestComposeSameVersionsAsNative: the images of the components the
-// native stack runs from Debian packages are the packages' upstream
-// versions, so both stacks run the same software.
+// TestComposeSameVersionsAsNative: compose runs the same software as the
+// native stack and the tests: Prometheus, Alertmanager and Grafana at the
+// versions pinned in deploy/versions.env (the pinned binaries report those
+// versions), the node exporter at the Debian package's upstream version.
 func TestComposeSameVersionsAsNative(t *testing.T) {
 	p := loadCompose(t)
-	for svc, pkg := range map[string]string{
-		"prometheus":    "prometheus",
-		"alertmanager":  "prometheus-alertmanager",
-		"node-exporter": "prometheus-node-exporter",
+	pins, err := alerting.PinnedVersions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for svc, key := range map[string]string{
+		"prometheus":   "PROMETHEUS_VERSION",
+		"alertmanager": "ALERTMANAGER_VERSION",
+		"grafana":      "GRAFANA_VERSION",
 	} {
 		img := service(t, p, svc).Image
-		tag := strings.TrimPrefix(img[strings.LastIndex(img, ":")+1:], "v")
-		v := debianVersion(t, pkg)
-		upstream := regexp.MustCompile(`^[0-9.]+`).FindString(v)
-		if tag != upstream {
-			t.Errorf("%s: image %s, but the native stack's %s is %s", svc, img, pkg, v)
+		if tag, want := imageTag(img), pins[key]; want == "" || tag != want {
+			t.Errorf("%s: image %s, but deploy/versions.env pins %s=%q", svc, img, key, want)
 		}
+	}
+	for bin, key := range map[string]string{"prometheus": "PROMETHEUS_VERSION", "alertmanager": "ALERTMANAGER_VERSION"} {
+		path, err := alerting.PinnedBinary(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := run(t, "", nil, path, "--version")
+		if want := "version " + pins[key] + " "; !strings.Contains(out, want) {
+			t.Errorf("%s --version does not say %q:\n%s", path, want, out)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Prometheus " + pins["PROMETHEUS_VERSION"], "Alertmanager " + pins["ALERTMANAGER_VERSION"], "Grafana " + pins["GRAFANA_VERSION"]} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not name %q (deploy/versions.env)", want)
+		}
+	}
+	img := service(t, p, "node-exporter").Image
+	v := debianVersion(t, "prometheus-node-exporter")
+	if upstream := regexp.MustCompile(`^[0-9.]+`).FindString(v); imageTag(img) != upstream {
+		t.Errorf("node-exporter: image %s, but the native stack's prometheus-node-exporter is %s", img, v)
 	}
 	// The libvirt exporter image installs the Debian package itself, at a
 	// pinned version: the one installed here.
@@ -208,6 +235,11 @@ func TestComposeSameVersionsAsNative(t *testing.T) {
 	if v := debianVersion(t, "prometheus-libvirt-exporter"); string(m[1]) != v {
 		t.Errorf("%s pins prometheus-libvirt-exporter %s, the native stack has %s", df, m[1], v)
 	}
+}
+
+// imageTag is an image's tag without a leading v (prom/prometheus:v3.16.0: 3.16.0).
+func imageTag(img string) string {
+	return strings.TrimPrefix(img[strings.LastIndex(img, ":")+1:], "v")
 }
 
 // debianVersion is the installed version of a Debian package.
@@ -435,7 +467,7 @@ func containerView(t testing.TB, s types.ServiceConfig, dir string) string {
 // files too; every target file it names is there, with targets that are
 // services of compose.yaml.
 func TestComposePrometheusConfig(t *testing.T) {
-	promtool := requireBinary(t, "promtool", "prometheus")
+	promtool := pinnedBinary(t, "promtool")
 	p := loadCompose(t)
 	prom := service(t, p, "prometheus")
 	cfg := flagValue(t, prom, "config.file")
@@ -541,7 +573,7 @@ func checkTargets(t *testing.T, p *types.Project, promFile string) {
 // TestComposeAlertmanagerConfig: the Alertmanager configuration compose
 // mounts passes `amtool check-config`.
 func TestComposeAlertmanagerConfig(t *testing.T) {
-	amtool := requireBinary(t, "amtool", "prometheus-alertmanager")
+	amtool := pinnedBinary(t, "amtool")
 	p := loadCompose(t)
 	am := service(t, p, "alertmanager")
 	src := mountedAt(t, am, flagValue(t, am, "config.file"))

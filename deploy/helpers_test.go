@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fspair/fspair/tests/alerting"
 )
 
 // repoRoot is the directory holding go.mod, found upwards from the test's
@@ -51,6 +53,17 @@ func requireBinary(t testing.TB, name, pkg string) string {
 	p, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s not found: install the Debian package %s (make deps)", name, pkg)
+	}
+	return p
+}
+
+// pinnedBinary is the pinned prometheus, promtool, alertmanager or amtool
+// (deploy/versions.env), built by scripts/promstack.sh if missing.
+func pinnedBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := alerting.PinnedBinary(name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }

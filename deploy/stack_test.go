@@ -26,13 +26,14 @@ type nativeStack struct {
 	addrs map[string]string // component -> listen address
 }
 
-// requireNativeStack checks what scripts/stack.sh needs: root and the
-// Debian packages, failing loudly on the first missing.
+// requireNativeStack checks what scripts/stack.sh needs: root, the pinned
+// Prometheus and Alertmanager, and the Debian packages, failing loudly on
+// the first missing.
 func requireNativeStack(t *testing.T) {
 	t.Helper()
 	requireRoot(t)
-	requireBinary(t, "prometheus", "prometheus")
-	requireBinary(t, "prometheus-alertmanager", "prometheus-alertmanager")
+	pinnedBinary(t, "prometheus")
+	pinnedBinary(t, "alertmanager")
 	requireBinary(t, "prometheus-node-exporter", "prometheus-node-exporter")
 	requireBinary(t, "prometheus-libvirt-exporter", "prometheus-libvirt-exporter")
 	requireBinary(t, "curl", "curl")

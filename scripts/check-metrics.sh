@@ -22,6 +22,7 @@ for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null &&
 fio --name=lint --filename="$work/disk.img" --rw=randwrite --bs=4k --size=4M --ioengine=psync --fsync=10 --output=/dev/null
 curl -sf "http://127.0.0.1:$port/metrics" > "$work/metrics.txt"
 grep -q '^fspair_disk_info{' "$work/metrics.txt" || { echo "check-metrics: no fspair_disk_info in the output"; exit 1; }
-out=$(promtool check metrics < "$work/metrics.txt" 2>&1) || { echo "$out"; exit 1; }
+promtool=$(bash "$(dirname "$0")/promstack.sh" path promtool)
+out=$("$promtool" check metrics < "$work/metrics.txt" 2>&1) || { echo "$out"; exit 1; }
 [ -z "$out" ] || { echo "$out"; exit 1; }
 echo "check-metrics: $(grep -c '^fspair_' "$work/metrics.txt") fspair series, promtool clean"

@@ -6,21 +6,36 @@
 #   scripts/dashboards.sh check      regenerate into a temporary directory and
 #                                    fail, printing the diff, if the committed
 #                                    files differ (drift check, as `make check-rules`)
+#   scripts/dashboards.sh schema [FILE...]
+#                                    check dashboards (default dashboards/*.json)
+#                                    against Grafana's dashboard model as the
+#                                    pinned @grafana/schema publishes it
+#                                    (dashboards/README.md, "Schema check")
 #
 # The pinned generator inputs (dashboards/gen/requirements.txt) are installed
 # into a virtualenv outside the repository, created on first use:
 # $FSPAIR_DASHBOARDS_VENV, default ${XDG_CACHE_HOME:-$HOME/.cache}/fspair/dashboards-venv.
 # Later runs reuse it and work offline; a changed pin or Python rebuilds it.
 # Needs python3 with the venv module (Debian: python3 python3-venv).
+#
+# The schema check's pinned npm packages (dashboards/schema/package-lock.json)
+# are installed with `npm ci` outside the repository too, in a directory
+# named after the lock file's hash under $FSPAIR_DASHBOARDS_SCHEMA_CACHE,
+# default ${XDG_CACHE_HOME:-$HOME/.cache}/fspair/dashboards-schema; later
+# runs reuse it and work offline. Needs node and npm (Debian: nodejs npm).
 set -euo pipefail
+orig=$PWD
 cd "$(dirname "$0")/.."
+root=$PWD
 
 venv=${FSPAIR_DASHBOARDS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fspair/dashboards-venv}
 requirements=dashboards/gen/requirements.txt
 python=${PYTHON:-python3}
+schema_cache=${FSPAIR_DASHBOARDS_SCHEMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fspair/dashboards-schema}
+schema_lock=dashboards/schema/package-lock.json
 
 usage() {
-	echo "usage: $0 generate|check" >&2
+	echo "usage: $0 generate|check|schema [FILE...]" >&2
 	exit 2
 }
 
@@ -79,12 +94,61 @@ check() {
 	echo "dashboards: up to date"
 }
 
-[ $# -eq 1 ] || usage
+# ensure_schema_modules installs the schema check's npm packages, once per
+# lock file, and sets schema_modules to their node_modules. The install goes
+# to a temporary directory renamed into place, so an interrupted one is not
+# taken for a complete one.
+ensure_schema_modules() {
+	command -v node >/dev/null || { echo "dashboards: node not found (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	local key dir
+	key=$(sha256sum "$schema_lock" | cut -d' ' -f1)
+	dir=$schema_cache/$key
+	schema_modules=$dir/node_modules
+	[ -e "$dir/.fspair-complete" ] && return
+	command -v npm >/dev/null || { echo "dashboards: npm not found (Debian: apt-get install npm): it installs $schema_lock the first time" >&2; exit 1; }
+	echo "dashboards: installing $(cd dashboards/schema && node -p 'Object.entries(require("./package.json").dependencies).map(([n, v]) => n + "@" + v).join(" ")') into $dir" >&2
+	mkdir -p "$schema_cache"
+	local work
+	work=$(mktemp -d "$schema_cache/.install.XXXXXX")
+	cp dashboards/schema/package.json "$schema_lock" "$work/"
+	if ! (cd "$work" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --fetch-retries=1 >&2); then
+		rm -rf "$work"
+		echo "dashboards: npm ci of $schema_lock failed: the npm registry must be reachable the first time (later runs reuse $dir offline)" >&2
+		exit 1
+	fi
+	touch "$work/.fspair-complete"
+	# Another run may have installed the same lock meanwhile: keep the first.
+	mv -T "$work" "$dir" 2>/dev/null || rm -rf "$work"
+}
+
+# schema [FILE...] runs dashboards/schema/check.mjs from the caller's
+# directory, so that it names the files as they were given.
+schema() {
+	case "${1:-}" in -*) usage ;; esac
+	ensure_schema_modules
+	local files=("$@")
+	if [ ${#files[@]} -eq 0 ]; then
+		files=("$root"/dashboards/*.json)
+	fi
+	cd "$orig"
+	node "$root/dashboards/schema/check.mjs" "$schema_modules" "${files[@]}"
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1
+shift
+case "$cmd" in
+schema)
+	schema "$@"
+	exit
+	;;
+generate | check) [ $# -eq 0 ] || usage ;;
+*) usage ;;
+esac
 ensure_venv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-case "$1" in
+case "$cmd" in
 generate) write ;;
 check) check ;;
-*) usage ;;
 esac

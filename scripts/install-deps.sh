@@ -6,8 +6,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(
 	clang llvm libbpf-dev bpftool        # make generate (BPF C -> bpf2go)
-	prometheus                           # promtool (lint), the demo's Prometheus
-	prometheus-alertmanager              # the alert path tests and the demo stack
+	prometheus                           # Debian's 2.42: the rule tests and query walk also run on 2.x
 	prometheus-node-exporter prometheus-libvirt-exporter  # the native stack (scripts/stack.sh)
 	docker-compose                       # deploy tests: `docker-compose config` on compose.yaml (no engine needed)
 	qemu-system-x86 qemu-utils           # the VM lab
@@ -19,6 +18,10 @@ pkgs=(
 	chromium fonts-dejavu-core           # make report: the PNG of the report page (headless)
 	python3 python3-venv                 # dashboards/gen: grafana-foundation-sdk in a venv
 )
+# The dashboards' schema check (scripts/dashboards.sh schema) runs on node
+# and npm; a node that brings its own npm (a nodejs package from elsewhere)
+# must not be replaced by Debian's npm, which conflicts with it.
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 if [ -f tests/lab/packages.txt ]; then
 	while read -r p; do
 		p=${p%%#*}; p=${p//[[:space:]]/}
@@ -43,3 +46,7 @@ if [ ! -d /sys/kernel/tracing/events ]; then
 	mount -t tracefs tracefs /sys/kernel/tracing
 fi
 command -v go >/dev/null || { echo "install-deps: Go is required (go.mod names the version)"; exit 1; }
+
+# The pinned Prometheus and Alertmanager (deploy/versions.env), built from the
+# Go module proxy into a cache outside the repository on first use.
+bash scripts/promstack.sh build

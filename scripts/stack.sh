@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The fspair stack without Docker, from Debian 12 packages, on loopback:
-# Prometheus with fspair's rules, Alertmanager, the node exporter, the
+# The fspair stack without Docker, on loopback: the pinned Prometheus with
+# fspair's rules and Alertmanager (deploy/versions.env, built into a cache by
+# scripts/promstack.sh on first use), and from Debian 12 packages the node exporter, the
 # libvirt exporter (when libvirtd answers) and fspair_exporter, with the
 # configuration files compose.yaml mounts (deploy/prometheus,
 # deploy/alertmanager, rules/). Grafana is not packaged for Debian 12: the
@@ -22,6 +23,9 @@
 #   FSPAIR_STACK_EXPORTER_ADDR     127.0.0.1:19477
 #   FSPAIR_STACK_LIBVIRT_SOCKET    /var/run/libvirt/libvirt-sock-ro
 #   FSPAIR_EXPORTER_BIN            bin/fspair_exporter (make build)
+#   FSPAIR_PROMETHEUS              the pinned Prometheus (scripts/promstack.sh),
+#                                  e.g. /usr/bin/prometheus for Debian's 2.42
+#   FSPAIR_ALERTMANAGER            the pinned Alertmanager, likewise
 #   FSPAIR_EXPORTER_ARGS           extra flags for fspair_exporter
 #   FSPAIR_STACK_PROBE_MODE        auto (fspair_exporter --probe.mode)
 #   FSPAIR_STACK_RULES             the rule files' directory, default rules/ (make
@@ -158,8 +162,8 @@ launch() {
 
 hint() {
 	case $1 in
-	prometheus) echo "Debian package prometheus; make deps" ;;
-	alertmanager) echo "Debian package prometheus-alertmanager; make deps" ;;
+	prometheus) echo "scripts/promstack.sh build, or set FSPAIR_PROMETHEUS" ;;
+	alertmanager) echo "scripts/promstack.sh build, or set FSPAIR_ALERTMANAGER" ;;
 	node-exporter) echo "Debian package prometheus-node-exporter; make deps" ;;
 	libvirt-exporter) echo "Debian package prometheus-libvirt-exporter; make deps" ;;
 	fspair-exporter) echo "make build, or set FSPAIR_EXPORTER_BIN" ;;
@@ -287,12 +291,17 @@ start() {
 	# On any failure from here, stop what was started.
 	trap 'stop_all >/dev/null 2>&1' EXIT
 
-	launch alertmanager prometheus-alertmanager \
+	local prometheus alertmanager
+	prometheus=${FSPAIR_PROMETHEUS:-$(bash "$repo/scripts/promstack.sh" path prometheus)} ||
+		die "prometheus: the pinned build failed (scripts/promstack.sh build)"
+	alertmanager=${FSPAIR_ALERTMANAGER:-$(bash "$repo/scripts/promstack.sh" path alertmanager)} ||
+		die "alertmanager: the pinned build failed (scripts/promstack.sh build)"
+	launch alertmanager "$alertmanager" \
 		--config.file="$repo/deploy/alertmanager/alertmanager.yml" \
 		--storage.path="$dir/alertmanager" \
 		--web.listen-address="$am_addr" \
 		--cluster.listen-address=
-	launch prometheus prometheus \
+	launch prometheus "$prometheus" \
 		--config.file="$dir/prometheus/prometheus.yml" \
 		--storage.tsdb.path="$dir/prometheus/data" \
 		--web.listen-address="$prom_addr"

@@ -598,7 +598,7 @@ def new_dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
 
 
 def render(d: dash.Dashboard) -> str:
-    """The dashboard's JSON, with panel ids 1, 2, ... in layout order.
+    """The dashboard's JSON, with panel ids 1, 2, ... in layout order, less drop_unmodelled's keys.
 
     Grafana needs unique panel ids for links to a panel (viewPanel=) and for
     repeats; numbering them here keeps them stable between generations.
@@ -611,4 +611,55 @@ def render(d: dash.Dashboard) -> str:
         for inner in getattr(p, "panels", None) or []:
             inner.id_val = next_id
             next_id += 1
-    return json.dumps(json.loads(JSONEncoder().encode(model)), sort_keys=True, indent=2) + "\n"
+    out = json.loads(JSONEncoder().encode(model))
+    drop_unmodelled(out)
+    return json.dumps(out, sort_keys=True, indent=2) + "\n"
+
+
+class UnmodelledError(ValueError):
+    """A dashboard sets something only the SDK's older model can express."""
+
+
+def drop_unmodelled(d: dict) -> None:
+    """Removes, in place, keys the SDK writes that Grafana 13's dashboard model lacks.
+
+    grafana-foundation-sdk (requirements.txt: 1769699379!11.6.0) writes them
+    on every dashboard; the model of @grafana/schema 13.2.3, which
+    `scripts/dashboards.sh schema` checks against (README.md, "Schema
+    check"), has no such keys, so they are left out here:
+
+    - auto, auto_count, auto_min: settings of interval variables only. The
+      SDK writes them on every variable; VariableModel has never listed
+      them, and Grafana ignores them on other types. Kept on interval
+      variables, where they mean something.
+    - a table panel's options.footer: Grafana 12.2 moved the table footer
+      into the field config (custom.footer). The SDK writes the old option
+      with show false, which is Grafana's default (no footer), so leaving
+      it out changes nothing. A footer that is shown would have to be
+      written in the new form, which this SDK cannot build: that fails
+      instead of writing the removed option.
+    """
+    for v in (d.get("templating") or {}).get("list") or []:
+        if v.get("type") != "interval":
+            for k in ("auto", "auto_count", "auto_min"):
+                v.pop(k, None)
+
+    def panels(ps: list) -> None:
+        for p in ps:
+            panels(p.get("panels") or [])
+            if p.get("type") != "table":
+                continue
+            opts = p.get("options") or {}
+            footer = opts.get("footer")
+            if footer is None:
+                continue
+            if footer.get("show"):
+                raise UnmodelledError(
+                    f'table panel "{p.get("title")}" (id {p.get("id")}): options.footer is shown, '
+                    "and Grafana 13's model has no options.footer (Grafana 12.2 moved it to the field config, "
+                    "fieldConfig.defaults.custom.footer); hide the footer, or write it in that form "
+                    "(dashboards/gen/common.py, drop_unmodelled)"
+                )
+            del opts["footer"]
+
+    panels(d.get("panels") or [])

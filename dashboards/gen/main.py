@@ -23,7 +23,7 @@ import fleet
 import hostfs
 import inputs
 import kdb
-from common import render
+from common import UnmodelledError, render
 
 BUILDERS: tuple[Callable[[inputs.Inputs], Dashboard], ...] = (fleet.build, disk.build, hostfs.build, kdb.build)
 
@@ -46,7 +46,12 @@ def main() -> int:
         d = build(data)
         model = d.build()
         path = args.out / f"{model.uid}.json"
-        path.write_text(render(d), encoding="utf-8")
+        try:
+            text = render(d)
+        except UnmodelledError as err:
+            print(f"dashboards: {model.uid}: {err}", file=sys.stderr)
+            return 1
+        path.write_text(text, encoding="utf-8")
         print(f"dashboards: wrote {path}")
     return 0
 

@@ -33,6 +33,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fspair/fspair/tests/alerting"
 )
 
 func main() { os.Exit(run()) }
@@ -314,7 +316,7 @@ func median(v []float64) float64 {
 func run() int {
 	var (
 		disks    = flag.Int("disks", 2000, "synthetic VM disks (100 per host device)")
-		bin      = flag.String("prometheus", "prometheus", "Prometheus binary")
+		bin      = flag.String("prometheus", "", "Prometheus binary (default: the pinned one of deploy/versions.env, scripts/promstack.sh)")
 		rulesDir = flag.String("rules", "rules", "directory with the generated rule files")
 		warmup   = flag.Duration("warmup", 15*time.Minute, "scrape and evaluate this long before measuring (>= the long window for steady state)")
 		samples  = flag.Int("samples", 5, "evaluations to measure")
@@ -323,6 +325,14 @@ func run() int {
 		buckets  = flag.Bool("buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
 	)
 	flag.Parse()
+	if *bin == "" {
+		p, err := alerting.PinnedBinary("prometheus")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		*bin = p
+	}
 	if err := bench(*disks, *bin, *rulesDir, *warmup, *samples, *scrape, *eval, *buckets); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1

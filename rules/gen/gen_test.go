@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fspair/fspair/tests/alerting"
 )
 
 // The committed inputs and outputs, relative to this package.
@@ -52,19 +55,24 @@ func TestCommittedFilesUpToDate(t *testing.T) {
 	}
 }
 
+// promtool runs promtool with args in dir, once with each release's
+// promtool: the rules must hold on all of them.
 func promtool(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	bin, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found in PATH (Debian: apt-get install prometheus): %v", err)
+	for _, r := range alerting.Releases(t) {
+		promtoolOf(t, r, dir, args...)
 	}
-	cmd := exec.Command(bin, args...)
+}
+
+func promtoolOf(t *testing.T, r alerting.PromRelease, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(r.Promtool, args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("promtool %s (Prometheus %s, %s): %v\n%s", strings.Join(args, " "), r.Name, r.Promtool, err, out)
 	}
-	t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+	t.Logf("promtool %s (Prometheus %s):\n%s", strings.Join(args, " "), r.Name, out)
 }
 
 func TestPromtoolCheckRules(t *testing.T) {
@@ -87,6 +95,15 @@ func TestPromtoolTestRules(t *testing.T) {
 		rel = append(rel, strings.TrimPrefix(f, "../"))
 	}
 	promtool(t, "..", append([]string{"test", "rules"}, rel...)...)
+	// What changed between the major versions, asserted for each
+	// (rules/tests/prometheus<major>/).
+	for _, r := range alerting.Releases(t) {
+		var own []string
+		for _, f := range testFiles(t, fmt.Sprintf("../tests/prometheus%d/*.yml", r.Major)) {
+			own = append(own, strings.TrimPrefix(f, "../"))
+		}
+		promtoolOf(t, r, "..", append([]string{"test", "rules"}, own...)...)
+	}
 }
 
 // promtoolTest is the part of a promtool unit test file the coverage check reads.

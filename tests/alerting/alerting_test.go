@@ -290,9 +290,13 @@ func TestAlertmanagerExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("amtool", "check-config", filepath.Join(root, "deploy", "alertmanager", "alertmanager.yml")).CombinedOutput()
+	amtool, err := PinnedBinary("amtool")
 	if err != nil {
-		t.Fatalf("amtool check-config (Debian package prometheus-alertmanager): %v\n%s", err, out)
+		t.Fatal(err)
+	}
+	out, err := exec.Command(amtool, "check-config", filepath.Join(root, "deploy", "alertmanager", "alertmanager.yml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("amtool check-config (%s): %v\n%s", amtool, err, out)
 	}
 	if !strings.Contains(string(out), "SUCCESS") {
 		t.Errorf("amtool check-config did not report SUCCESS:\n%s", out)

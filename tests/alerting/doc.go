@@ -1,7 +1,8 @@
 // Package alerting runs fspair's alerting path for real on loopback: a
-// Prometheus (the Debian package's /usr/bin/prometheus) that scrapes
-// fspair targets and evaluates the repository's rules, an Alertmanager
-// (/usr/bin/prometheus-alertmanager) whose configuration is derived from
+// Prometheus (the pinned one of deploy/versions.env, built by
+// scripts/promstack.sh; PinnedBinary) that scrapes fspair targets and
+// evaluates the repository's rules, an Alertmanager (pinned likewise)
+// whose configuration is derived from
 // the shipped example deploy/alertmanager/alertmanager.yml, and a webhook
 // receiver in the test process that records every notification.
 //

@@ -294,7 +294,11 @@ func TestSyntheticExposition(t *testing.T) {
 			t.Errorf("%s: synthetic type %v, exporter %v", name, f.GetType(), g.GetType())
 		}
 	}
-	cmd := exec.Command("promtool", "check", "metrics")
+	promtool, err := PinnedBinary("promtool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(text)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics on the synthetic exposition: %v\n%s", err, out)

@@ -20,13 +20,6 @@ import (
 	"time"
 )
 
-// Default binaries: the Debian 12 packages prometheus and
-// prometheus-alertmanager.
-const (
-	DefaultPrometheus   = "/usr/bin/prometheus"
-	DefaultAlertmanager = "/usr/bin/prometheus-alertmanager"
-)
-
 // ErrNoAlert is returned by WaitAlert and WaitResolved when ctx ends before
 // a matching notification arrived.
 var ErrNoAlert = errors.New("no matching alert notification")
@@ -57,8 +50,8 @@ type Options struct {
 	// Timing of notifications (defaults: group_wait 1 s, group_interval
 	// 2 s, repeat_interval 1 h).
 	Timing Timing
-	// Prometheus and Alertmanager binaries (defaults DefaultPrometheus,
-	// DefaultAlertmanager).
+	// Prometheus and Alertmanager binaries (default: the pinned ones,
+	// PinnedBinary; e.g. DebianPrometheus to run on 2.42).
 	Prometheus, Alertmanager string
 	// Dir holds the daemons' configuration and storage (default: a new
 	// temporary directory, removed by Close).
@@ -184,11 +177,20 @@ func New(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Timing.RepeatInterval == 0 {
 		opts.Timing.RepeatInterval = time.Hour
 	}
-	if opts.Prometheus == "" {
-		opts.Prometheus = DefaultPrometheus
+	runProm := opts.RulesDir != "" || len(opts.ScrapeTargets) > 0
+	if opts.Prometheus == "" && runProm {
+		p, err := PinnedBinary("prometheus")
+		if err != nil {
+			return nil, err
+		}
+		opts.Prometheus = p
 	}
 	if opts.Alertmanager == "" {
-		opts.Alertmanager = DefaultAlertmanager
+		p, err := PinnedBinary("alertmanager")
+		if err != nil {
+			return nil, err
+		}
+		opts.Alertmanager = p
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 30 * time.Second
@@ -200,13 +202,12 @@ func New(ctx context.Context, opts Options) (*Stack, error) {
 		}
 		opts.AlertmanagerExample = filepath.Join(root, "deploy", "alertmanager", "alertmanager.yml")
 	}
-	runProm := opts.RulesDir != "" || len(opts.ScrapeTargets) > 0
 	for _, bin := range []string{opts.Alertmanager, opts.Prometheus} {
 		if bin == opts.Prometheus && !runProm {
 			continue
 		}
 		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("find %s (Debian packages prometheus and prometheus-alertmanager; make deps): %w", bin, err)
+			return nil, fmt.Errorf("find %s (scripts/promstack.sh build; Debian's 2.42: make deps): %w", bin, err)
 		}
 	}
 

@@ -652,9 +652,9 @@ func checkProbeAlert(t *testing.T, s scrape, denied string) {
 	if _, err := os.Stat(filepath.Join("../../runbooks", filepath.Base(runbook))); runbook == "" || err != nil {
 		t.Errorf("FspairProbeNotAttached: runbook %q: %v", runbook, err)
 	}
-	promtool, err := exec.LookPath("promtool")
+	promtool, err := alerting.PinnedBinary("promtool")
 	if err != nil {
-		t.Fatalf("promtool not found (install prometheus): %v", err)
+		t.Fatal(err)
 	}
 	var series strings.Builder
 	for _, m := range s.series("fspair_probe_attached", nil) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fspair/fspair/tests/alerting"
 )
 
 // SiteCheck is what CheckSite found in the rules generated with a site file.
@@ -23,9 +25,9 @@ type SiteCheck struct {
 // check rules`, and counts the site's series in the knowledge-base rules.
 func CheckSite(ctx context.Context, root, kdb, site string) (SiteCheck, error) {
 	var sc SiteCheck
-	promtool, err := exec.LookPath("promtool")
+	promtool, err := alerting.PinnedBinary("promtool")
 	if err != nil {
-		return sc, fmt.Errorf("check site file: find promtool (Debian package prometheus; or -check=false): %w", err)
+		return sc, fmt.Errorf("check site file (or -check=false): %w", err)
 	}
 	dir, err := os.MkdirTemp("", "fspair-kdb-rules-")
 	if err != nil {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The pinned Prometheus and Alertmanager (deploy/versions.env), built from the
+# Go module proxy into a cache outside the repository, keyed by version:
+#
+#   scripts/promstack.sh build        build what is missing (cold: minutes)
+#   scripts/promstack.sh path NAME    print the path of prometheus, promtool,
+#                                     alertmanager or amtool (building first
+#                                     if missing)
+#   scripts/promstack.sh versions     print what each cached binary reports
+#
+# Cache: $FSPAIR_PROMSTACK_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/fspair/promstack,
+# one directory per component and version (prometheus-3.16.0/, alertmanager-0.35.0/).
+# A build lands in a temporary directory and is moved into place whole, so
+# an interrupted build leaves nothing half-made. The binaries carry their
+# version (-ldflags on prometheus/common/version; go install alone leaves it
+# empty). Alertmanager's module lacks its compiled web UI (ui/app/dist, which
+# the binary embeds): it is built from a copy of the module with placeholder
+# pages there; its API and amtool do not use the UI.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../deploy/versions.env
+. "$repo/deploy/versions.env"
+
+cache=${FSPAIR_PROMSTACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fspair/promstack}
+go=${GO:-go}
+prom_dir=$cache/prometheus-$PROMETHEUS_VERSION
+am_dir=$cache/alertmanager-$ALERTMANAGER_VERSION
+
+die() {
+	echo "promstack: $*" >&2
+	exit 1
+}
+
+# module_version X.Y.Z: the Go module version of a Prometheus release
+# (3.16.0 -> v0.316.0: minor padded to two digits).
+module_version() {
+	local major minor patch
+	IFS=. read -r major minor patch <<<"$1"
+	printf 'v0.%d%02d.%d\n' "$major" "$minor" "$patch"
+}
+
+# ldflags PKGVERSION: the version stamp prometheus/common/version reads.
+ldflags() {
+	local v=github.com/prometheus/common/version
+	echo "-s -w -X $v.Version=$1 -X $v.Revision=module-proxy -X $v.Branch=release -X $v.BuildUser=fspair -X $v.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)"
+}
+
+# The module cache is read-only and the build must not see the caller's
+# GOFLAGS (the Makefile exports -mod=mod for fspair's own module).
+gobuild() {
+	env GOFLAGS= GOWORK=off CGO_ENABLED=0 "$go" "$@"
+}
+
+build_prometheus() {
+	[ -x "$prom_dir/prometheus" ] && [ -x "$prom_dir/promtool" ] && return
+	command -v "$go" >/dev/null || die "go not found (make deps)"
+	local mod start tmp
+	mod=$(module_version "$PROMETHEUS_VERSION")
+	start=$(date +%s)
+	echo "promstack: building Prometheus $PROMETHEUS_VERSION ($mod) into $prom_dir (cold: several minutes)" >&2
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/.prometheus.XXXXXX")
+	GOBIN=$tmp gobuild install -trimpath -ldflags "$(ldflags "$PROMETHEUS_VERSION")" \
+		"github.com/prometheus/prometheus/cmd/prometheus@$mod" \
+		"github.com/prometheus/prometheus/cmd/promtool@$mod" ||
+		{ rm -rf "$tmp"; die "build Prometheus $PROMETHEUS_VERSION failed: the Go module proxy must be reachable the first time"; }
+	chmod 755 "$tmp"
+	rm -rf "$prom_dir"
+	mv "$tmp" "$prom_dir"
+	echo "promstack: Prometheus $PROMETHEUS_VERSION built in $(($(date +%s) - start)) s" >&2
+}
+
+build_alertmanager() {
+	[ -x "$am_dir/alertmanager" ] && [ -x "$am_dir/amtool" ] && return
+	command -v "$go" >/dev/null || die "go not found (make deps)"
+	local mod="v$ALERTMANAGER_VERSION" start tmp src
+	start=$(date +%s)
+	echo "promstack: building Alertmanager $ALERTMANAGER_VERSION into $am_dir" >&2
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/.alertmanager.XXXXXX")
+	src=$(cd "$tmp" && gobuild mod download -json "github.com/prometheus/alertmanager@$mod" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
+		{ rm -rf "$tmp"; die "download Alertmanager $mod failed: the Go module proxy must be reachable the first time"; }
+	[ -n "$src" ] && [ -d "$src" ] || { rm -rf "$tmp"; die "download Alertmanager $mod: no module directory"; }
+	cp -r "$src" "$tmp/src"
+	chmod -R u+w "$tmp/src"
+	# The two UIs the binary serves from its embedded app/dist.
+	for ui in elm mantine; do
+		mkdir -p "$tmp/src/ui/app/dist/$ui"
+		printf '<!doctype html><title>Alertmanager</title><p>Built by fspair without the web UI: use the API or amtool.</p>\n' \
+			>"$tmp/src/ui/app/dist/$ui/index.html"
+	done
+	mkdir -p "$tmp/bin"
+	(cd "$tmp/src" && gobuild build -trimpath -ldflags "$(ldflags "$ALERTMANAGER_VERSION")" \
+		-o "$tmp/bin/" ./cmd/alertmanager ./cmd/amtool) ||
+		{ rm -rf "$tmp"; die "build Alertmanager $ALERTMANAGER_VERSION failed"; }
+	chmod 755 "$tmp/bin"
+	rm -rf "$am_dir"
+	mv "$tmp/bin" "$am_dir"
+	rm -rf "$tmp"
+	echo "promstack: Alertmanager $ALERTMANAGER_VERSION built in $(($(date +%s) - start)) s" >&2
+}
+
+binary() {
+	case $1 in
+	prometheus | promtool) build_prometheus && echo "$prom_dir/$1" ;;
+	alertmanager | amtool) build_alertmanager && echo "$am_dir/$1" ;;
+	*) die "unknown binary $1 (prometheus, promtool, alertmanager, amtool)" ;;
+	esac
+}
+
+case ${1:-} in
+build)
+	start=$(date +%s)
+	build_prometheus
+	build_alertmanager
+	echo "promstack: Prometheus $PROMETHEUS_VERSION and Alertmanager $ALERTMANAGER_VERSION ready in $cache ($(($(date +%s) - start)) s)"
+	;;
+path)
+	[ $# -eq 2 ] || die "usage: $0 path prometheus|promtool|alertmanager|amtool"
+	binary "$2"
+	;;
+versions)
+	for b in prometheus promtool alertmanager amtool; do
+		p=$(binary "$b")
+		echo "$b: $("$p" --version 2>&1 | head -1)"
+	done
+	;;
+*)
+	echo "usage: $0 build | path NAME | versions" >&2
+	exit 2
+	;;
+esac
