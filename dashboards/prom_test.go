@@ -370,3 +370,23 @@ func bucketBounds(t *testing.T, s *alerting.Stack) []string {
 		}
 	}
 }
+
+// TestLeMatcher shows the le check of TestBucketLabels bites: selectors on
+// le as rule files (YAML) and dashboards (JSON, quotes escaped) write them.
+func TestLeMatcher(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want bool
+	}{
+		{`rate(x_bucket{le="4096"}[5m])`, true},
+		{`x_bucket{le=~"4096(\\.0)?"}`, true},
+		{`"expr": "x_bucket{le=\"4096\"}"`, true},
+		{`x_bucket{job="fspair", le != "1"}`, true},
+		{`sum by (le) (rate(x_bucket[5m]))`, false},
+		{`x{handle="a", file="b"}`, false},
+	} {
+		if got := leMatcher.MatchString(c.text); got != c.want {
+			t.Errorf("leMatcher on %s: %v, want %v", c.text, got, c.want)
+		}
+	}
+}
