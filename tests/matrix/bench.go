@@ -79,6 +79,7 @@ type BenchOptions struct {
 	Lock         string
 	CacheDir     string
 	Command      string
+	Profile      bool // after the rounds, each fspair mode's BPF time per request by program (profile.go)
 }
 
 // BenchResult holds every sample: Samples[variant][metric] in round order
@@ -91,6 +92,8 @@ type BenchResult struct {
 	Waited  time.Duration // of that, waiting for the lab lock
 	Samples map[string]map[string][]float64
 	Order   [][]string // the variants' order in each round
+	// Profile[variant][workload]: the BPF time per request by program, with -profile.
+	Profile map[string]map[string]profileRun
 }
 
 func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
@@ -113,6 +116,7 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	fs.StringVar(&o.Out, "out", "bench/results-kernel.txt", "results file")
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock (empty: none; do not run under flock on the same file)")
 	fs.StringVar(&o.CacheDir, "cache", lab.DefaultCacheDir(), "kit cache")
+	fs.BoolVar(&o.Profile, "profile", true, "after the rounds, run each fspair mode once more with --probe.stats and report its BPF time per request by program")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -251,6 +255,11 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 				return nil, fmt.Errorf("round %d, stop %s: %w", round+1, v, err)
 			}
 			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, strings.Join(line, ", "))
+		}
+	}
+	if o.Profile {
+		if res.Profile, err = profileVariants(ctx, g, o, logf); err != nil {
+			return nil, err
 		}
 	}
 	res.Took = time.Since(start)
@@ -417,7 +426,9 @@ func (r *BenchResult) Text() string {
 		}
 		w("\n")
 	}
-	w("\nratio: the variant's median over no tracer's, from this run (IOPS: below 1 is a cost; getppid: above 1 is a cost).\n\n")
+	w("\nratio: the variant's median over no tracer's, from this run (IOPS: below 1 is a cost; getppid: above 1 is a cost).\n")
+	b.WriteString(r.profileText())
+	w("\n")
 	for i, order := range r.Order {
 		w("# round %d order: %s\n", i+1, strings.Join(order, " "))
 	}

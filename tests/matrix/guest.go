@@ -167,9 +167,9 @@ const (
 // exporterArgs is the exporter's command line for a static configuration
 // and a probe mode ("current" passes no mode flag), otherwise with the
 // defaults a site runs (the first discovery round runs before /metrics is
-// served). kingpin's boolean flags take no value: --no-discovery.libvirt,
-// not --discovery.libvirt=false.
-func exporterArgs(config, mode string) []string {
+// served) and any extra flags after them. kingpin's boolean flags take no
+// value: --no-discovery.libvirt, not --discovery.libvirt=false.
+func exporterArgs(config, mode string, extra ...string) []string {
 	args := []string{
 		guestPath(exporterBin),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort),
@@ -179,16 +179,17 @@ func exporterArgs(config, mode string) []string {
 	if mode != modeCurrent {
 		args = append(args, "--probe.mode="+mode)
 	}
-	return args
+	return append(args, extra...)
 }
 
 // startExporter starts the exporter with the configuration config (a path
 // in the guest) and waits until /metrics lists every one of files as a
-// disk. A start that fails returns the exporter's log in the error.
-func (g *Guest) startExporter(ctx context.Context, config, mode string, files []string, timeout time.Duration) (*guestExporter, error) {
+// disk; extra flags follow the defaults. A start that fails returns the
+// exporter's log in the error.
+func (g *Guest) startExporter(ctx context.Context, config, mode string, files []string, timeout time.Duration, extra ...string) (*guestExporter, error) {
 	var sh strings.Builder
 	fmt.Fprintf(&sh, "rm -f %s\n%s </dev/null >%s 2>&1 &\necho $! >%s\n", exporterLog,
-		strings.Join(exporterArgs(config, mode), " "), exporterLog, exporterPid)
+		strings.Join(exporterArgs(config, mode, extra...), " "), exporterLog, exporterPid)
 	fmt.Fprintf(&sh, "pid=$(cat %s)\nend=$(( $(date +%%s) + %d ))\n", exporterPid, int(timeout.Seconds()))
 	sh.WriteString("while :; do\n")
 	fmt.Fprintf(&sh, "\tif ! kill -0 $pid 2>/dev/null; then echo 'fspair_exporter exited:'; cat %s; exit 3; fi\n", exporterLog)

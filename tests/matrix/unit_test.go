@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,6 +232,70 @@ func TestExporterArgs(t *testing.T) {
 	}
 	if f := strings.Join(exporterArgs("/c.yml", "fentry"), " "); !strings.HasSuffix(f, " --probe.mode=fentry") {
 		t.Errorf("fentry: %s", f)
+	}
+	if f := strings.Join(exporterArgs("/c.yml", "fentry", "--probe.stats"), " "); !strings.HasSuffix(f, " --probe.mode=fentry --probe.stats") {
+		t.Errorf("fentry with statistics: %s", f)
+	}
+}
+
+func TestProfile(t *testing.T) {
+	scrape := func(on int, enter, exit [2]float64) []byte {
+		return []byte(fmt.Sprintf(`# TYPE fspair_probe_stats_enabled gauge
+fspair_probe_stats_enabled %d
+# TYPE fspair_probe_runs_total counter
+fspair_probe_runs_total{program="ext4_read_enter"} %g
+fspair_probe_runs_total{program="ext4_read_exit"} %g
+fspair_probe_runs_total{program="xfs_read_enter"} 7
+# TYPE fspair_probe_run_seconds_total counter
+fspair_probe_run_seconds_total{program="ext4_read_enter"} %g
+fspair_probe_run_seconds_total{program="ext4_read_exit"} %g
+fspair_probe_run_seconds_total{program="xfs_read_enter"} 0.5
+`, on, enter[0], exit[0], enter[1], exit[1]))
+	}
+	if _, err := parseProbeStats(scrape(0, [2]float64{1, 1}, [2]float64{1, 1})); err == nil {
+		t.Error("statistics off: no error")
+	}
+	if _, err := parseProbeStats([]byte("fspair_probe_runs_total{program=\"a\"} 1\n")); err == nil {
+		t.Error("no fspair_probe_stats_enabled: no error")
+	}
+	before, err := parseProbeStats(scrape(1, [2]float64{100, 0.001}, [2]float64{100, 0.002}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseProbeStats(scrape(1, [2]float64{1100, 0.002}, [2]float64{2100, 0.006}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := profileRun{Requests: 1000, Programs: costDelta(before, after)}
+	want := map[string]programCost{"ext4_read_enter": {1000, 0.001}, "ext4_read_exit": {2000, 0.004}}
+	if len(p.Programs) != len(want) {
+		t.Fatalf("delta %v, want %v (a program that did not run is left out)", p.Programs, want)
+	}
+	for name, c := range want {
+		got := p.Programs[name]
+		if got.Runs != c.Runs || math.Abs(got.Seconds-c.Seconds) > 1e-12 {
+			t.Errorf("%s: %+v, want %+v", name, got, c)
+		}
+	}
+	// 5 ms over 1,000 requests: 5,000 ns each; the exit first (4,000 ns per request, 2 runs of 2,000 ns).
+	if ns := p.NsPerRequest(); math.Abs(ns-5000) > 1e-6 {
+		t.Errorf("ns per request %v, want 5000", ns)
+	}
+	if got, want := p.programsText(), "ext4_read_exit 2.00 x 2000, ext4_read_enter 1.00 x 1000"; got != want {
+		t.Errorf("programs %q, want %q", got, want)
+	}
+	if ns := (profileRun{}).NsPerRequest(); ns != 0 {
+		t.Errorf("no requests: %v", ns)
+	}
+	res := &BenchResult{Options: BenchOptions{Variants: []string{"none", "fentry"}, Runtime: time.Second},
+		Profile: map[string]map[string]profileRun{"fentry": {"randread-cached": p}}}
+	text := res.profileText()
+	if !strings.Contains(text, "| fentry | randread-cached | 1000 | 5000 | ext4_read_exit 2.00 x 2000, ext4_read_enter 1.00 x 1000 |") ||
+		!strings.Contains(text, "| fentry | randwrite-cached | 0 | 0 | (none ran) |") || strings.Contains(text, "| none |") {
+		t.Errorf("profile text:\n%s", text)
+	}
+	if (&BenchResult{}).profileText() != "" {
+		t.Error("no profile: text")
 	}
 }
 
