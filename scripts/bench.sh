@@ -37,9 +37,11 @@
 #     in each probe mode (KERNEL_VARIANTS, default none, fentry, tracepoint,
 #     syscall, libbpf-tools; "current" is the exporter without a mode flag)
 #     and libbpf-tools biolatency+biopattern+bitesize; 5 rounds, order
-#     rotated, medians, ratios to no tracer. Results in bench/results-kernel.txt
-#     (KERNEL_FLAGS passes more flags, e.g. -rounds 3 -runtime 5s). It takes
-#     the lab lock unless a caller holds it.
+#     rotated, medians, ratios to no tracer; then each mode once more with
+#     --probe.stats, for every program's BPF time per request (the profile).
+#     Results in bench/results-kernel.txt (KERNEL_FLAGS passes more flags,
+#     e.g. -rounds 3 -runtime 5s -profile=false). It takes the lab lock
+#     unless a caller holds it.
 # Results go to stdout and bench/results.txt (BENCHMARKS.md quotes them).
 #  5. BPF time per guest request in each mode (bench/pathcost, a lab guest)
 #     and libbpf-tools' per device request on the same runs.
