@@ -22,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -42,7 +42,7 @@ rules:
 	$(GO) run ./rules/gen -out rules
 
 check-rules: rules
-	git diff --exit-code -- rules/*.yml || { echo "rules are stale: run 'make rules' and commit"; exit 1; }
+	git diff --exit-code -- rules/*.yml rules/fleet/*.yml || { echo "rules are stale: run 'make rules' and commit"; exit 1; }
 
 # The Grafana dashboards are generated with grafana-foundation-sdk (pinned, in a
 # venv under ~/.cache/fspair) by dashboards/gen; see dashboards/README.md.
@@ -64,10 +64,10 @@ lint: build
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
 test: promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
 
-# The pinned Prometheus and Alertmanager, built once into a cache outside the
-# repository (scripts/promstack.sh; cold: minutes, then seconds).
+# The pinned Prometheus, Alertmanager and Thanos, built once into a cache
+# outside the repository (scripts/promstack.sh; cold: minutes, then seconds).
 promstack:
-	@echo "== Prometheus $(PROMETHEUS_VERSION) and Alertmanager $(ALERTMANAGER_VERSION) (scripts/promstack.sh)"
+	@echo "== Prometheus $(PROMETHEUS_VERSION), Alertmanager $(ALERTMANAGER_VERSION), Thanos $(THANOS_VERSION) (scripts/promstack.sh)"
 	@start=$$(date +%s); bash scripts/promstack.sh build && echo "promstack: ready in $$(( $$(date +%s) - start )) s"
 
 unit-test:
@@ -94,6 +94,19 @@ stack-stop:
 
 stack-status:
 	bash scripts/stack.sh status
+
+# The lab fleet through Thanos (README.md "A fleet"; deploy/fleet, tests/fleet):
+# three simulated KVM hosts, each a Prometheus with the per-host rules and a
+# Thanos sidecar, Thanos Query (the fleet's data source), Thanos Ruler with
+# the fleet rules and an Alertmanager, on loopback until make fleet-stop.
+fleet:
+	bash scripts/stack.sh fleet start
+
+fleet-stop:
+	bash scripts/stack.sh fleet stop
+
+fleet-status:
+	bash scripts/stack.sh fleet status
 
 # compose.yaml, the native stack, the systemd unit (root: starts the stack).
 deploy-test: build

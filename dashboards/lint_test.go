@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,78 +34,12 @@ const (
 	ruleTargetPromQL       = "target-promql"           // every query parses (a real Prometheus) and the lint can read it
 )
 
-// Panel types without queries.
-const panelTypeRow, panelTypeText = "row", "text"
-
-// dashboardFile is the part of a dashboard's JSON the rules read.
-type dashboardFile struct {
-	UID        string  `json:"uid"`
-	Title      string  `json:"title"`
-	Panels     []panel `json:"panels"`
-	Templating struct {
-		List []variable `json:"list"`
-	} `json:"templating"`
-}
-
-type datasourceRef struct {
-	Type string `json:"type"`
-	UID  string `json:"uid"`
-}
-
-type panel struct {
-	Type        string         `json:"type"`
-	Title       string         `json:"title"`
-	Description string         `json:"description"`
-	Datasource  *datasourceRef `json:"datasource"`
-	FieldConfig struct {
-		Defaults struct {
-			Unit string `json:"unit"`
-		} `json:"defaults"`
-		Overrides []struct {
-			Properties []struct {
-				ID    string `json:"id"`
-				Value any    `json:"value"`
-			} `json:"properties"`
-		} `json:"overrides"`
-	} `json:"fieldConfig"`
-	Options struct {
-		YAxis *struct {
-			Unit string `json:"unit"`
-		} `json:"yAxis"`
-	} `json:"options"`
-	Targets []target `json:"targets"`
-	Panels  []panel  `json:"panels"` // a collapsed row's panels
-}
-
-type target struct {
-	RefID      string         `json:"refId"`
-	Expr       string         `json:"expr"`
-	Datasource *datasourceRef `json:"datasource"`
-}
-
-type variable struct {
-	Name       string         `json:"name"`
-	Type       string         `json:"type"`
-	Query      any            `json:"query"`
-	Datasource *datasourceRef `json:"datasource"`
-	Multi      bool           `json:"multi"`
-	IncludeAll bool           `json:"includeAll"`
-	AllValue   string         `json:"allValue"`
-	Refresh    int            `json:"refresh"`
-}
-
 // problem is one broken rule.
 type problem struct {
 	rule, where, msg string
 }
 
 func (p problem) String() string { return fmt.Sprintf("%s: %s: %s", p.where, p.rule, p.msg) }
-
-// query is one PromQL expression of a dashboard and where it sits.
-type query struct {
-	where string // panel "X" target A, or variable "y"
-	expr  string
-}
 
 // Grafana's unit ids the dashboards may use (the ids of
 // packages/grafana-data/src/valueFormats/categories.ts that fit fspair's
@@ -136,13 +69,9 @@ var k6Metrics = map[string]bool{"k6_http_reqs_total": true, "k6_http_req_duratio
 // alert's own labels.
 var alertSeries = map[string]bool{"ALERTS": true, "ALERTS_FOR_STATE": true}
 
-// Grafana's built-in variables the queries may use.
-var builtinVariables = map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
-
 var (
-	uidPattern      = regexp.MustCompile(`^fspair-[a-z0-9]+(-[a-z0-9]+)*$`)
-	labelValuesCall = regexp.MustCompile(`^label_values\((.+),\s*([a-zA-Z_][a-zA-Z0-9_]*)\)$`)
-	counterSuffix   = regexp.MustCompile(`_(total|bucket|count|sum)$`)
+	uidPattern    = regexp.MustCompile(`^fspair-[a-z0-9]+(-[a-z0-9]+)*$`)
+	counterSuffix = regexp.MustCompile(`_(total|bucket|count|sum)$`)
 )
 
 // linter holds what the rules check names against.
@@ -153,16 +82,6 @@ type linter struct {
 
 func isDatasourceVar(ref *datasourceRef) bool {
 	return ref != nil && (ref.UID == "${datasource}" || ref.UID == "$datasource") && (ref.Type == "" || ref.Type == "prometheus")
-}
-
-// flatten lists the panels in layout order, a collapsed row's after it.
-func flatten(ps []panel) []panel {
-	var out []panel
-	for _, p := range ps {
-		out = append(out, p)
-		out = append(out, flatten(p.Panels)...)
-	}
-	return out
 }
 
 // lint checks one dashboard against every rule but target-promql (which
@@ -269,18 +188,6 @@ func findVariable(d *dashboardFile, name string) *variable {
 	return nil
 }
 
-// variableQueries are the selectors inside the query variables' label_values().
-func variableQueries(d *dashboardFile) []query {
-	var out []query
-	for _, v := range d.Templating.List {
-		s, _ := v.Query.(string)
-		if m := labelValuesCall.FindStringSubmatch(s); v.Type == "query" && m != nil {
-			out = append(out, query{fmt.Sprintf("variable %q", v.Name), m[1]})
-		}
-	}
-	return out
-}
-
 func (l *linter) lintPanel(p panel, where string, add addFunc) {
 	if !isDatasourceVar(p.Datasource) {
 		add(rulePanelDatasource, where, "datasource %+v is not ${datasource}", p.Datasource)
@@ -349,11 +256,6 @@ func histogramFamily(name string) string {
 	return name
 }
 
-// isRegexpGroup tells a label_replace replacement ($1) from a variable.
-func isRegexpGroup(name string) bool {
-	return strings.Trim(name, "0123456789") == ""
-}
-
 func (l *linter) lintSelector(s selector, where string, add addFunc) {
 	// A name with a colon is a recording rule by the naming convention
 	// (level:metric:operations), recorded or not (target-metric says).
@@ -418,18 +320,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func readDashboard(path string) (*dashboardFile, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var d dashboardFile
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", path, err)
-	}
-	return &d, nil
 }
 
 // readDashboards reads every *.json of dir.

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/fspair/fspair/tests/alerting"
 )
 
@@ -59,7 +57,8 @@ func startStack(prometheus string) (*alerting.Stack, error) {
 	}
 	stackClean = append(stackClean, func() error { return os.RemoveAll(dir) })
 	for _, f := range []string{"fspair.rules.yml", "fspair-kdb.rules.yml", "fspair.alerts.yml"} {
-		b, err := everySecond(filepath.Join(root, "rules", f))
+		// Every group at the stack's global interval (1 s).
+		b, err := alerting.WithoutGroupIntervals(filepath.Join(root, "rules", f))
 		if err != nil {
 			return nil, err
 		}
@@ -84,27 +83,6 @@ func startStack(prometheus string) (*alerting.Stack, error) {
 	}
 	stackClean = append(stackClean, s.Close)
 	return s, nil
-}
-
-// everySecond returns the rule file at path with every group evaluated at
-// the stack's global interval (1 s): the long-window groups run every few
-// minutes in production, which would make a test wait three of their
-// intervals for the fleet rules. The rules and their names are unchanged.
-func everySecond(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read rules (go run ./rules/gen -out rules/): %w", err)
-	}
-	var f struct {
-		Groups []map[string]any `yaml:"groups"`
-	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", path, err)
-	}
-	for _, g := range f.Groups {
-		delete(g, "interval")
-	}
-	return yaml.Marshal(f)
 }
 
 // promStack is the pinned Prometheus's stack (promStackOf).
@@ -139,25 +117,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// substitute replaces the Grafana variables of expr: the built-in ranges
-// by rangeValue, the others from values (default: the regex .+, which
-// keeps any matcher valid).
-func substitute(expr, rangeValue string, values map[string]string) string {
-	return grafanaVariable.ReplaceAllStringFunc(expr, func(v string) string {
-		m := grafanaVariable.FindStringSubmatch(v)
-		name := m[1] + m[2]
-		switch {
-		case builtinVariables[name]:
-			return rangeValue
-		case isRegexpGroup(name):
-			return v
-		case values[name] != "":
-			return values[name]
-		}
-		return ".+"
-	})
-}
-
 // checkPromQL asks Prometheus to parse and run every query, variables
 // replaced; an unparsable query comes back as bad_data.
 func checkPromQL(t *testing.T, s *alerting.Stack, qs []query) []problem {
@@ -166,33 +125,11 @@ func checkPromQL(t *testing.T, s *alerting.Stack, qs []query) []problem {
 	defer cancel()
 	var out []problem
 	for _, q := range qs {
-		if _, err := s.Query(ctx, substitute(q.expr, "5m", nil)); err != nil {
+		if _, err := s.Query(ctx, Substitute(q.expr, "5m", nil)); err != nil {
 			out = append(out, problem{ruleTargetPromQL, q.where, err.Error()})
 		}
 	}
 	return out
-}
-
-// emptyReasons are the queries that may come back empty on the synthetic
-// disks, and why; every other query must return data.
-var emptyReasons = []struct {
-	pattern *regexp.Regexp
-	why     string
-}{
-	{regexp.MustCompile(`libvirt_domain_block_stats_`), "no libvirt exporter runs in the test"},
-	{regexp.MustCompile(`k6_http_`), "no k6 load test writes into the test's Prometheus (tests/k6 checks them live)"},
-	{regexp.MustCompile(`fspair_disk_host_cache_`), "tests/alerting's synthetic target does not serve the page-cache counters"},
-	{regexp.MustCompile(`^ALERTS\{`), "no alert fires within the test: their `for` is 15 m to 1 h"},
-	{regexp.MustCompile(`source="site"|fspair_kdb_site_measurement`), "rules/kdb/site.yaml holds no site verdicts"},
-}
-
-func whyEmpty(expr string) string {
-	for _, r := range emptyReasons {
-		if r.pattern.MatchString(expr) {
-			return r.why
-		}
-	}
-	return ""
 }
 
 // waitForRules waits until the deepest rules of the chain have a value for
@@ -231,7 +168,7 @@ func waitForRules(t *testing.T, s *alerting.Stack) {
 // TestPanelsOnSyntheticDisks shows every panel of the committed dashboards
 // the way Grafana would for the worst-pair disk, against the committed
 // rules fed by synthetic exporter series: every query must run, and return
-// data unless emptyReasons says why it cannot here. A panel reading a
+// data unless EmptyReasons says why it cannot here. A panel reading a
 // label or series the rules do not produce comes back empty and fails.
 func TestPanelsOnSyntheticDisks(t *testing.T) {
 	for _, r := range alerting.Releases(t) {
@@ -252,16 +189,16 @@ func panelsOnSyntheticDisks(t *testing.T, s *alerting.Stack) {
 	for _, name := range sortedKeys(files) {
 		_, qs := l.lint(files[name])
 		for _, q := range qs {
-			expr := substitute(q.expr, "30s", values)
+			expr := Substitute(q.expr, "30s", values)
 			got, err := s.Query(ctx, expr)
 			ran++
 			switch {
 			case err != nil:
 				t.Errorf("%s: %s: %v", name, q.where, err)
 			case len(got) > 0:
-			case whyEmpty(expr) != "":
+			case WhyEmpty(expr) != "":
 				empty++
-				t.Logf("%s: %s: empty: %s", name, q.where, whyEmpty(expr))
+				t.Logf("%s: %s: empty: %s", name, q.where, WhyEmpty(expr))
 			default:
 				t.Errorf("%s: %s: no data on the synthetic disks:\n%s", name, q.where, expr)
 			}
@@ -278,7 +215,7 @@ func panelsOnSyntheticDisks(t *testing.T, s *alerting.Stack) {
 		if p.Type == panelTypeRow || p.Title != "VM disks on the knowledge base's worst pairs" {
 			continue
 		}
-		got, err := s.Query(ctx, substitute(p.Targets[0].Expr, "30s", values))
+		got, err := s.Query(ctx, Substitute(p.Targets[0].Expr, "30s", values))
 		if err != nil {
 			t.Fatal(err)
 		}

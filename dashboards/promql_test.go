@@ -3,7 +3,6 @@ package dashboards
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode"
 )
@@ -37,10 +36,6 @@ type token struct {
 
 // errUnsupported marks PromQL the lint cannot analyse (and so refuses).
 var errUnsupported = errors.New("unsupported by the dashboard lint")
-
-// grafanaVariable matches a Grafana variable reference: $name, ${name},
-// ${name:format} (https://grafana.com/docs/grafana/latest/dashboards/variables/variable-syntax/).
-var grafanaVariable = regexp.MustCompile(`\$(\w+)|\$\{(\w+)(?::[^}]*)?\}`)
 
 func lex(expr string) ([]token, error) {
 	var out []token

@@ -23,8 +23,9 @@ import (
 )
 
 // loadCompose loads compose.yaml with compose-go as `docker compose` does,
-// with an empty environment (so every ${VAR:-default} takes its default)
-// and paths resolved against the repository root.
+// with an empty environment (so every ${VAR:-default} takes its default),
+// paths resolved against the repository root, and the lab fleet's profile
+// on, so that every test holds its services to the same rules.
 func loadCompose(t testing.TB) *types.Project {
 	t.Helper()
 	root := repoRoot(t)
@@ -32,6 +33,7 @@ func loadCompose(t testing.TB) *types.Project {
 		cli.WithWorkingDirectory(root),
 		cli.WithName("fspair"),
 		cli.WithResolvedPaths(true),
+		cli.WithProfiles([]string{fleetProfile}),
 	)
 	if err != nil {
 		t.Fatalf("compose options: %v", err)
@@ -43,8 +45,24 @@ func loadCompose(t testing.TB) *types.Project {
 	return p
 }
 
-// The services compose.yaml must run (issue 5: the deployable bundle).
-var wantServices = []string{"alertmanager", "fspair-exporter", "grafana", "libvirt-exporter", "node-exporter", "prometheus"}
+// The services compose.yaml must run (issue 5: the deployable bundle), and
+// those of the lab fleet (profile fleet: README.md "A fleet").
+var (
+	wantServices = []string{"alertmanager", "fspair-exporter", "grafana", "libvirt-exporter", "node-exporter", "prometheus"}
+	fleetHosts   = []string{"kvm-1", "kvm-2", "kvm-3"}
+	fleetProfile = "fleet"
+)
+
+// fleetServices are the lab fleet's services: the simulated hosts'
+// exporters, per host a Prometheus and a Thanos sidecar, Thanos Query and
+// Thanos Ruler.
+func fleetServices() []string {
+	s := []string{"fleet-disks", "thanos-query", "thanos-ruler"}
+	for _, h := range fleetHosts {
+		s = append(s, "fleet-prometheus-"+h, "fleet-sidecar-"+h)
+	}
+	return s
+}
 
 func service(t testing.TB, p *types.Project, name string) types.ServiceConfig {
 	t.Helper()
@@ -56,16 +74,24 @@ func service(t testing.TB, p *types.Project, name string) types.ServiceConfig {
 }
 
 // TestComposeLoads: compose.yaml loads with compose-go and has the
-// services of the bundle, no more, no fewer.
+// services of the bundle and of the lab fleet, no more, no fewer; the
+// fleet's only in its profile, so that `docker compose up` alone runs the
+// bundle.
 func TestComposeLoads(t *testing.T) {
 	p := loadCompose(t)
 	var got []string
-	for name := range p.Services {
+	for name, s := range p.Services {
 		got = append(got, name)
+		inFleet := slices.Contains(fleetServices(), name)
+		if onlyFleet := slices.Equal(s.Profiles, []string{fleetProfile}); inFleet != onlyFleet {
+			t.Errorf("%s: profiles %v; want [%s] exactly for the lab fleet's services", name, s.Profiles, fleetProfile)
+		}
 	}
 	sort.Strings(got)
-	if !slices.Equal(got, wantServices) {
-		t.Errorf("services %v, want %v", got, wantServices)
+	want := append(slices.Clone(wantServices), fleetServices()...)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("services %v, want %v", got, want)
 	}
 }
 
@@ -178,8 +204,8 @@ func TestComposeImagesPinned(t *testing.T) {
 }
 
 // TestComposeSameVersionsAsNative: compose runs the same software as the
-// native stack and the tests: Prometheus, Alertmanager and Grafana at the
-// versions pinned in deploy/versions.env (the pinned binaries report those
+// native stack and the tests: Prometheus, Alertmanager, Grafana and (the
+// lab fleet) Thanos at the versions pinned in deploy/versions.env (the pinned binaries report those
 // versions), the node exporter at the Debian package's upstream version.
 func TestComposeSameVersionsAsNative(t *testing.T) {
 	p := loadCompose(t)
@@ -187,17 +213,24 @@ func TestComposeSameVersionsAsNative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for svc, key := range map[string]string{
+	images := map[string]string{
 		"prometheus":   "PROMETHEUS_VERSION",
 		"alertmanager": "ALERTMANAGER_VERSION",
 		"grafana":      "GRAFANA_VERSION",
-	} {
+		"thanos-query": "THANOS_VERSION",
+		"thanos-ruler": "THANOS_VERSION",
+	}
+	for _, h := range fleetHosts {
+		images["fleet-prometheus-"+h] = "PROMETHEUS_VERSION"
+		images["fleet-sidecar-"+h] = "THANOS_VERSION"
+	}
+	for svc, key := range images {
 		img := service(t, p, svc).Image
 		if tag, want := imageTag(img), pins[key]; want == "" || tag != want {
 			t.Errorf("%s: image %s, but deploy/versions.env pins %s=%q", svc, img, key, want)
 		}
 	}
-	for bin, key := range map[string]string{"prometheus": "PROMETHEUS_VERSION", "alertmanager": "ALERTMANAGER_VERSION"} {
+	for bin, key := range map[string]string{"prometheus": "PROMETHEUS_VERSION", "alertmanager": "ALERTMANAGER_VERSION", "thanos": "THANOS_VERSION"} {
 		path, err := alerting.PinnedBinary(bin)
 		if err != nil {
 			t.Fatal(err)
@@ -211,7 +244,7 @@ func TestComposeSameVersionsAsNative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Prometheus " + pins["PROMETHEUS_VERSION"], "Alertmanager " + pins["ALERTMANAGER_VERSION"], "Grafana " + pins["GRAFANA_VERSION"]} {
+	for _, want := range []string{"Prometheus " + pins["PROMETHEUS_VERSION"], "Alertmanager " + pins["ALERTMANAGER_VERSION"], "Grafana " + pins["GRAFANA_VERSION"], "Thanos " + pins["THANOS_VERSION"]} {
 		if !strings.Contains(string(readme), want) {
 			t.Errorf("README.md does not name %q (deploy/versions.env)", want)
 		}

@@ -47,6 +47,6 @@ if [ ! -d /sys/kernel/tracing/events ]; then
 fi
 command -v go >/dev/null || { echo "install-deps: Go is required (go.mod names the version)"; exit 1; }
 
-# The pinned Prometheus and Alertmanager (deploy/versions.env), built from the
+# The pinned Prometheus, Alertmanager and Thanos (deploy/versions.env), built from the
 # Go module proxy into a cache outside the repository on first use.
 bash scripts/promstack.sh build

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The pinned Prometheus and Alertmanager (deploy/versions.env), built from the
-# Go module proxy into a cache outside the repository, keyed by version:
+# The pinned Prometheus, Alertmanager and Thanos (deploy/versions.env), built
+# from the Go module proxy into a cache outside the repository, keyed by version:
 #
 #   scripts/promstack.sh build        build what is missing (cold: minutes)
+#   scripts/promstack.sh build thanos build Thanos only (the lab fleet)
 #   scripts/promstack.sh path NAME    print the path of prometheus, promtool,
-#                                     alertmanager or amtool (building first
-#                                     if missing)
+#                                     alertmanager, amtool or thanos (building
+#                                     first if missing)
 #   scripts/promstack.sh versions     print what each cached binary reports
 #
 # Cache: $FSPAIR_PROMSTACK_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/fspair/promstack,
@@ -15,7 +16,12 @@
 # version (-ldflags on prometheus/common/version; go install alone leaves it
 # empty). Alertmanager's module lacks its compiled web UI (ui/app/dist, which
 # the binary embeds): it is built from a copy of the module with placeholder
-# pages there; its API and amtool do not use the UI.
+# pages there; its API and amtool do not use the UI. Thanos (the lab fleet,
+# deploy/fleet) is built from a copy of its module too: its go.mod has replace
+# directives, which `go install module@version` refuses, and names a newer Go
+# patch release than Debian's, which GOTOOLCHAIN=auto fetches from the proxy.
+# `build` builds all three (make test runs the lab fleet); `build thanos`
+# Thanos alone.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../deploy/versions.env
@@ -25,6 +31,7 @@ cache=${FSPAIR_PROMSTACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fspair/promstack
 go=${GO:-go}
 prom_dir=$cache/prometheus-$PROMETHEUS_VERSION
 am_dir=$cache/alertmanager-$ALERTMANAGER_VERSION
+thanos_dir=$cache/thanos-$THANOS_VERSION
 
 die() {
 	echo "promstack: $*" >&2
@@ -70,20 +77,29 @@ build_prometheus() {
 	echo "promstack: Prometheus $PROMETHEUS_VERSION built in $(($(date +%s) - start)) s" >&2
 }
 
+# module_src NAME MODULE@VERSION TMP: a writable copy of the module's source
+# in TMP/src (the module cache is read-only), for the builds that must
+# change it or that `go install module@version` refuses. On failure TMP is
+# removed and the script dies naming NAME.
+module_src() {
+	local name=$1 mod=$2 tmp=$3 src
+	src=$(cd "$tmp" && gobuild mod download -json "$mod" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
+		{ rm -rf "$tmp"; die "download $name ${mod#*@} failed: the Go module proxy must be reachable the first time"; }
+	[ -n "$src" ] && [ -d "$src" ] || { rm -rf "$tmp"; die "download $name ${mod#*@}: no module directory"; }
+	cp -r "$src" "$tmp/src"
+	chmod -R u+w "$tmp/src"
+}
+
 build_alertmanager() {
 	[ -x "$am_dir/alertmanager" ] && [ -x "$am_dir/amtool" ] && return
 	command -v "$go" >/dev/null || die "go not found (make deps)"
-	local mod="v$ALERTMANAGER_VERSION" start tmp src
+	local start tmp
 	start=$(date +%s)
 	echo "promstack: building Alertmanager $ALERTMANAGER_VERSION into $am_dir" >&2
 	mkdir -p "$cache"
 	tmp=$(mktemp -d "$cache/.alertmanager.XXXXXX")
-	src=$(cd "$tmp" && gobuild mod download -json "github.com/prometheus/alertmanager@$mod" |
-		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
-		{ rm -rf "$tmp"; die "download Alertmanager $mod failed: the Go module proxy must be reachable the first time"; }
-	[ -n "$src" ] && [ -d "$src" ] || { rm -rf "$tmp"; die "download Alertmanager $mod: no module directory"; }
-	cp -r "$src" "$tmp/src"
-	chmod -R u+w "$tmp/src"
+	module_src Alertmanager "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" "$tmp"
 	# The two UIs the binary serves from its embedded app/dist.
 	for ui in elm mantine; do
 		mkdir -p "$tmp/src/ui/app/dist/$ui"
@@ -101,33 +117,64 @@ build_alertmanager() {
 	echo "promstack: Alertmanager $ALERTMANAGER_VERSION built in $(($(date +%s) - start)) s" >&2
 }
 
+build_thanos() {
+	[ -x "$thanos_dir/thanos" ] && return
+	command -v "$go" >/dev/null || die "go not found (make deps)"
+	local start tmp
+	start=$(date +%s)
+	echo "promstack: building Thanos $THANOS_VERSION into $thanos_dir (cold: several minutes)" >&2
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/.thanos.XXXXXX")
+	GOTOOLCHAIN=auto module_src Thanos "github.com/thanos-io/thanos@v$THANOS_VERSION" "$tmp"
+	mkdir -p "$tmp/bin"
+	# The build tags of Thanos's own releases (its .promu.yml): slicelabels
+	# above all, since Thanos hands Prometheus's labels.Labels over as the
+	# slice layout; built with the default layout, Query panics on the
+	# first store it meets.
+	(cd "$tmp/src" && GOTOOLCHAIN=auto gobuild build -trimpath -tags netgo,slicelabels \
+		-ldflags "$(ldflags "$THANOS_VERSION")" -o "$tmp/bin/" ./cmd/thanos) ||
+		{ rm -rf "$tmp"; die "build Thanos $THANOS_VERSION failed (its Go toolchain comes from the module proxy too)"; }
+	chmod 755 "$tmp/bin"
+	rm -rf "$thanos_dir"
+	mv "$tmp/bin" "$thanos_dir"
+	rm -rf "$tmp"
+	echo "promstack: Thanos $THANOS_VERSION built in $(($(date +%s) - start)) s" >&2
+}
+
 binary() {
 	case $1 in
 	prometheus | promtool) build_prometheus && echo "$prom_dir/$1" ;;
 	alertmanager | amtool) build_alertmanager && echo "$am_dir/$1" ;;
-	*) die "unknown binary $1 (prometheus, promtool, alertmanager, amtool)" ;;
+	thanos) build_thanos && echo "$thanos_dir/$1" ;;
+	*) die "unknown binary $1 (prometheus, promtool, alertmanager, amtool, thanos)" ;;
 	esac
 }
 
 case ${1:-} in
 build)
 	start=$(date +%s)
+	if [ "${2:-}" = thanos ]; then
+		build_thanos
+		echo "promstack: Thanos $THANOS_VERSION ready in $cache ($(($(date +%s) - start)) s)"
+		exit 0
+	fi
 	build_prometheus
 	build_alertmanager
-	echo "promstack: Prometheus $PROMETHEUS_VERSION and Alertmanager $ALERTMANAGER_VERSION ready in $cache ($(($(date +%s) - start)) s)"
+	build_thanos
+	echo "promstack: Prometheus $PROMETHEUS_VERSION, Alertmanager $ALERTMANAGER_VERSION and Thanos $THANOS_VERSION ready in $cache ($(($(date +%s) - start)) s)"
 	;;
 path)
-	[ $# -eq 2 ] || die "usage: $0 path prometheus|promtool|alertmanager|amtool"
+	[ $# -eq 2 ] || die "usage: $0 path prometheus|promtool|alertmanager|amtool|thanos"
 	binary "$2"
 	;;
 versions)
-	for b in prometheus promtool alertmanager amtool; do
+	for b in prometheus promtool alertmanager amtool thanos; do
 		p=$(binary "$b")
 		echo "$b: $("$p" --version 2>&1 | head -1)"
 	done
 	;;
 *)
-	echo "usage: $0 build | path NAME | versions" >&2
+	echo "usage: $0 build [thanos] | path NAME | versions" >&2
 	exit 2
 	;;
 esac

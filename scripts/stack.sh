@@ -32,17 +32,34 @@
 #                                  demo: rules generated with an example site
 #                                  knowledge base)
 # Needs root: fspair_exporter loads BPF programs.
+#
+# The lab fleet (README.md "A fleet"; make fleet):
+#   scripts/stack.sh fleet start|status|stop [--dir DIR]
+# runs tests/fleet/lab (built into DIR/bin): three simulated KVM hosts with
+# synthetic disks, each a Prometheus (deploy/fleet/prometheus.yml, the
+# per-host rules) and a Thanos sidecar, Thanos Query, Thanos Ruler (the fleet
+# rules) and an Alertmanager, on loopback; no root needed. DIR (default
+# /var/tmp/fspair-fleet) holds DIR/fleet.env with the URLs and the log
+# DIR/log/fleet.log, where each notification delivered is printed.
+#   FSPAIR_FLEET_QUERY_ADDR        127.0.0.1:19192 (Thanos Query, the data source)
+#   FSPAIR_FLEET_ARGS              more flags for tests/fleet/lab (e.g. -committed-rules)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-	echo "usage: $0 start|stop|status [--dir DIR]" >&2
+	echo "usage: $0 start|stop|status [--dir DIR]; $0 fleet start|stop|status [--dir DIR]" >&2
 	exit 2
 }
 [ $# -ge 1 ] || usage
 cmd=$1
 shift
 dir=/var/tmp/fspair-stack
+if [ "$cmd" = fleet ]; then
+	[ $# -ge 1 ] || usage
+	cmd=fleet-$1
+	shift
+	dir=/var/tmp/fspair-fleet
+fi
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
@@ -63,6 +80,7 @@ rules_dir=$(realpath -m "${FSPAIR_STACK_RULES:-$repo/rules}")
 
 # Components in start order; stop goes the other way.
 components=(alertmanager prometheus node-exporter libvirt-exporter fspair-exporter)
+fleet_query_addr=${FSPAIR_FLEET_QUERY_ADDR:-127.0.0.1:19192}
 
 die() {
 	echo "stack: $*" >&2
@@ -77,6 +95,7 @@ addr_of() {
 	node-exporter) echo "$node_addr" ;;
 	libvirt-exporter) echo "$libvirt_addr" ;;
 	fspair-exporter) echo "$exporter_addr" ;;
+	fleet) echo "$fleet_query_addr" ;;
 	esac
 }
 
@@ -86,7 +105,7 @@ addr_of() {
 # discovery round ran), without the cost of a scrape.
 ready_path() {
 	case $1 in
-	prometheus | alertmanager) echo /-/ready ;;
+	prometheus | alertmanager | fleet) echo /-/ready ;;
 	*) echo / ;;
 	esac
 }
@@ -167,6 +186,7 @@ hint() {
 	node-exporter) echo "Debian package prometheus-node-exporter; make deps" ;;
 	libvirt-exporter) echo "Debian package prometheus-libvirt-exporter; make deps" ;;
 	fspair-exporter) echo "make build, or set FSPAIR_EXPORTER_BIN" ;;
+	fleet) echo "go build ./tests/fleet/lab failed" ;;
 	esac
 }
 
@@ -177,6 +197,7 @@ addr_var() {
 	node-exporter) echo FSPAIR_STACK_NODE_ADDR ;;
 	libvirt-exporter) echo FSPAIR_STACK_LIBVIRT_ADDR ;;
 	fspair-exporter) echo FSPAIR_STACK_EXPORTER_ADDR ;;
+	fleet) echo FSPAIR_FLEET_QUERY_ADDR ;;
 	esac
 }
 
@@ -367,9 +388,78 @@ status() {
 	return $rc
 }
 
+# fleet_start: build the lab (and Thanos, on first use: minutes), start it
+# and wait until Thanos Query sees every host and the Ruler (fleet.env).
+fleet_start() {
+	command -v curl >/dev/null || die "curl not found (Debian package curl; make deps)"
+	[ -z "$(pid_of fleet)" ] || die "the lab fleet already runs in $dir; scripts/stack.sh fleet stop --dir $dir first"
+	mkdir -p "$dir/log" "$dir/run" "$dir/bin"
+	bash "$repo/scripts/promstack.sh" path thanos >/dev/null || die "fleet: the pinned Thanos did not build (scripts/promstack.sh build thanos)"
+	bash "$repo/scripts/promstack.sh" path prometheus >/dev/null || die "fleet: the pinned Prometheus did not build (scripts/promstack.sh build)"
+	bash "$repo/scripts/promstack.sh" path alertmanager >/dev/null || die "fleet: the pinned Alertmanager did not build (scripts/promstack.sh build)"
+	(cd "$repo" && ${GO:-go} build -o "$dir/bin/fspair-fleet-lab" ./tests/fleet/lab) || die "fleet: go build ./tests/fleet/lab failed"
+	rm -f "$dir/fleet.env"
+	# The lab finds the repository (deploy/fleet, rules/gen) from its
+	# working directory.
+	# shellcheck disable=SC2086 # FSPAIR_FLEET_ARGS is a list of flags
+	(cd "$repo" && launch fleet "$dir/bin/fspair-fleet-lab" -dir "$dir" -query-addr "$fleet_query_addr" ${FSPAIR_FLEET_ARGS:-})
+	local deadline=$((SECONDS + 300)) pid
+	# Until setsid has exec'd the lab, its pid runs another binary: give
+	# pid_of a few seconds to see it.
+	until [ -s "$dir/fleet.env" ] && ready fleet; do
+		pid=$(pid_of fleet)
+		if [ -n "$pid" ]; then
+			alive "$pid" || die "fleet exited: $(last_line fleet) (log: $dir/log/fleet.log)"
+		elif [ $SECONDS -ge $((deadline - 295)) ]; then
+			die "fleet exited: $(last_line fleet) (log: $dir/log/fleet.log)"
+		fi
+		[ $SECONDS -lt "$deadline" ] || { fleet_stop; die "fleet not up after 300s (log: $dir/log/fleet.log)"; }
+		sleep 0.5
+	done
+	echo "stack: the lab fleet runs in $dir (log and notifications: $dir/log/fleet.log; stop: make fleet-stop)"
+	sed 's/^/  /' "$dir/fleet.env"
+}
+
+# fleet_stop: SIGTERM; the lab stops its daemons itself (up to 60 s).
+fleet_stop() {
+	local pid
+	pid=$(pid_of fleet)
+	if [ -z "$pid" ]; then
+		echo "stack: no lab fleet running in $dir"
+		rm -f "$dir/run/fleet.pid"
+		return 0
+	fi
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 600); do
+		alive "$pid" || break
+		sleep 0.1
+	done
+	alive "$pid" && die "fleet: pid $pid still running 60s after SIGTERM; see $dir/log/fleet.log"
+	rm -f "$dir/run/fleet.pid"
+	echo "stack: stopped the lab fleet"
+}
+
+fleet_status() {
+	local pid
+	pid=$(pid_of fleet)
+	if [ -z "$pid" ]; then
+		echo "stack: fleet stopped"
+		return 3
+	fi
+	if ! ready fleet; then
+		echo "stack: fleet not ready  pid $pid"
+		return 3
+	fi
+	echo "stack: fleet up    Thanos Query http://$fleet_query_addr  pid $pid"
+	sed 's/^/  /' "$dir/fleet.env" 2>/dev/null || true
+}
+
 case $cmd in
 start) start ;;
 stop) stop_all ;;
 status) status ;;
+fleet-start) fleet_start ;;
+fleet-stop) fleet_stop ;;
+fleet-status) fleet_status ;;
 *) usage ;;
 esac

@@ -45,6 +45,14 @@ RUNBOOK_BASE = "https://github.com/fspair/fspair/blob/main/runbooks/"
 # libvirt exporter's disk labels plus the host (rules/gen/rules.go).
 DISK_LABELS = "instance, domain, uuid, target_device, source_file"
 
+# In a fleet (deploy/fleet) every host's Prometheus carries an external label
+# host="<its name>", and the fleet dashboard answers through Thanos Query, where
+# instance and image paths repeat across hosts (every host scrapes its exporter
+# at localhost:9476): joins across series keep the host too. On one Prometheus
+# the label is absent on both sides and the joins match as before.
+HOST_LABEL = "host"
+FLEET_DISK_LABELS = f"{HOST_LABEL}, {DISK_LABELS}"
+
 # Fixed dashboard UIDs: links between the dashboards and bookmarks rely on them.
 UID_FLEET = "fspair-fleet"
 UID_DISK = "fspair-disk"

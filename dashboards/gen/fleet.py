@@ -12,7 +12,8 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from common import (
-    DISK_LABELS,
+    FLEET_DISK_LABELS,
+    HOST_LABEL,
     INSTANCE,
     RUNBOOK_BASE,
     UID_FLEET,
@@ -49,11 +50,16 @@ FIRING = selector("ALERTS", 'alertname=~"Fspair.+"', 'alertstate="firing"', INST
 
 # The knowledge base's verdict as a number, so that a matrix cell can show it
 # (value mappings turn it back into the word): best 1, contested 0, worst -1.
+# Every host's Prometheus records the same knowledge base: one copy, whatever
+# the hosts.
 VERDICT_VALUE = (
-    '1 * fspair_kdb_pair_verdict{workload=~"$class", verdict="best"}'
-    ' or 0 * fspair_kdb_pair_verdict{workload=~"$class", verdict="contested"}'
-    ' or -1 * fspair_kdb_pair_verdict{workload=~"$class", verdict="worst"}'
+    f'1 * max without ({HOST_LABEL}) (fspair_kdb_pair_verdict{{workload=~"$class", verdict="best"}})'
+    f' or 0 * max without ({HOST_LABEL}) (fspair_kdb_pair_verdict{{workload=~"$class", verdict="contested"}})'
+    f' or -1 * max without ({HOST_LABEL}) (fspair_kdb_pair_verdict{{workload=~"$class", verdict="worst"}})'
 )
+
+# Which host a row is on: the fleet's host label, then the exporter's instance.
+HOST_COLUMNS = [Column(HOST_LABEL, "KVM host"), Column("instance", "Exporter")]
 VERDICT_MAPPINGS = {
     "1": ("best", VERDICT_COLORS["best"]),
     "0": ("contested", VERDICT_COLORS["contested"]),
@@ -63,7 +69,7 @@ VERDICT_MAPPINGS = {
 
 def _with_class(expr: str) -> str:
     """expr per disk, with the disk's live class and pair as labels."""
-    return f"{expr}\n* on ({DISK_LABELS}) group_left (class, guest_fs, host_fs)\n  {rule('domain_disk:fspair_class_pair:info', CLASS)}"
+    return f"{expr}\n* on ({FLEET_DISK_LABELS}) group_left (class, guest_fs, host_fs)\n  {rule('domain_disk:fspair_class_pair:info', CLASS)}"
 
 
 def _overview() -> list[PanelBuilder]:
@@ -213,7 +219,7 @@ def _guest_path() -> list[PanelBuilder]:
 def _worst_pairs() -> list[PanelBuilder]:
     expr = (
         f"{rule('domain_disk:fspair_workload_class:confidence')}\n"
-        f"* on ({DISK_LABELS}) group_left (class, guest_fs, host_fs, source, better_pairs)\n"
+        f"* on ({FLEET_DISK_LABELS}) group_left (class, guest_fs, host_fs, source, better_pairs)\n"
         f"  {rule('domain_disk:fspair_pair_verdict:info', WORST, CLASS)}"
     )
     return [
@@ -225,7 +231,7 @@ def _worst_pairs() -> list[PanelBuilder]:
             "percentunit",
             [Query(expr)],
             [
-                Column("instance", "Host"),
+                *HOST_COLUMNS,
                 Column("domain", "VM"),
                 Column("target_device", "Disk"),
                 Column("class", "Class"),
@@ -249,7 +255,7 @@ def _worst_pairs() -> list[PanelBuilder]:
 def _efficiency(inputs: Inputs) -> list[PanelBuilder]:
     t = inputs.thresholds
     disk_columns = [
-        Column("instance", "Host"),
+        *HOST_COLUMNS,
         Column("domain", "VM"),
         Column("target_device", "Disk"),
         Column("class", "Class"),
@@ -382,7 +388,7 @@ def _contention(inputs: Inputs) -> list[PanelBuilder]:
             f"VM disks doing at least {inputs.thresholds.active_iops:g} requests/s on each host block device "
             f"(host_device:fspair_disks_active:count5m). FspairHostFSContention fires at {limit:g} (dashed line).",
             "short",
-            [Query(active, "{{instance}} {{host_device}} ({{host_fs}})")],
+            [Query(active, "{{host}} {{instance}} {{host_device}} ({{host_fs}})")],
             limit=limit,
         ),
         table_panel(
@@ -392,14 +398,14 @@ def _contention(inputs: Inputs) -> list[PanelBuilder]:
             "Click a row for the host file systems dashboard.",
             "short",
             [
-                Query(f"max by (instance, host_device, host_fs) ({raw('fspair_host_device_vm_disks')})"),
-                Query(f"max by (instance, host_device, host_fs) ({active})"),
+                Query(f"max by ({HOST_LABEL}, instance, host_device, host_fs) ({raw('fspair_host_device_vm_disks')})"),
+                Query(f"max by ({HOST_LABEL}, instance, host_device, host_fs) ({active})"),
                 Query(
-                    f"max by (instance, host_device, host_fs) ({rule('host_device:fspair_write_amplification:ratio_rate1h')})"
+                    f"max by ({HOST_LABEL}, instance, host_device, host_fs) ({rule('host_device:fspair_write_amplification:ratio_rate1h')})"
                 ),
             ],
             [
-                Column("instance", "Host"),
+                *HOST_COLUMNS,
                 Column("host_device", "Device"),
                 Column("host_fs", "Host FS"),
                 Column("Value #A", "VM disks", "short"),
@@ -432,7 +438,7 @@ def _alerts() -> list[PanelBuilder]:
             [
                 Column("alertname", "Alert"),
                 Column("severity", "Severity"),
-                Column("instance", "Host"),
+                *HOST_COLUMNS,
                 Column("domain", "VM"),
                 Column("target_device", "Disk"),
                 Column("host_device", "Host device"),
@@ -446,7 +452,7 @@ def _alerts() -> list[PanelBuilder]:
         state_panel(
             "fspair alerts over time",
             'When each fspair alert fired on the selected hosts (ALERTS, alertstate="firing"), one line per alert and subject.',
-            [Query(FIRING, "{{alertname}} {{instance}} {{domain}} {{target_device}} {{host_device}}")],
+            [Query(FIRING, "{{alertname}} {{host}} {{instance}} {{domain}} {{target_device}} {{host_device}}")],
             height=8,
         ),
     ]

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -28,14 +29,22 @@ var ruleFiles = []string{"fspair.rules.yml", "fspair-kdb.rules.yml", "fspair.ale
 // TestCommittedFilesUpToDate is the drift check: regenerating with the
 // default flags gives the committed files byte for byte.
 func TestCommittedFilesUpToDate(t *testing.T) {
-	files, err := Generate(committed)
+	upToDate(t, Generate, ruleFiles)
+}
+
+// upToDate generates with the committed options and compares every file
+// of names with its committed copy under rules/; two generations must be
+// the same bytes.
+func upToDate(t *testing.T, generate func(Options) (map[string][]byte, error), names []string) {
+	t.Helper()
+	files, err := generate(committed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != len(ruleFiles) {
-		t.Fatalf("generated %d files, want %v", len(files), ruleFiles)
+	if len(files) != len(names) {
+		t.Fatalf("generated %d files, want %v", len(files), names)
 	}
-	for _, name := range ruleFiles {
+	for _, name := range names {
 		want, err := os.ReadFile(filepath.Join("..", name))
 		if err != nil {
 			t.Fatalf("read committed file: %v (run: go run ./rules/gen -out rules/)", err)
@@ -44,7 +53,7 @@ func TestCommittedFilesUpToDate(t *testing.T) {
 			t.Errorf("rules/%s is stale: run `go run ./rules/gen -out rules/` and commit the result", name)
 		}
 	}
-	again, err := Generate(committed)
+	again, err := generate(committed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +439,7 @@ func TestMainWritesFiles(t *testing.T) {
 	if code := run(args, &stderr); code != 0 {
 		t.Fatalf("run(%v) = %d: %s", args, code, &stderr)
 	}
-	for _, f := range ruleFiles {
+	for _, f := range append(slices.Clone(ruleFiles), fleetRuleFiles...) {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,8 @@
 // Command gen writes the fspair Prometheus rules: recording rules (per-disk
 // workload features, live workload class, pair efficiency, fleet view), the
-// knowledge base of guest/host file-system pairs as series, and the alerts.
+// knowledge base of guest/host file-system pairs as series, and the alerts;
+// and the same rules split for a fleet (fleet/: what each host's Prometheus
+// and what Thanos Ruler evaluates; see fleet.go).
 //
 //	go run ./rules/gen -out rules/ [-short 5m] [-long 1h] [-for-scale 1]
 //
@@ -31,7 +33,7 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
-	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml and fspair.alerts.yml to")
+	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml, fspair.alerts.yml and fleet/ to")
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
@@ -46,9 +48,19 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gen:", err)
 		return 1
 	}
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
-		fmt.Fprintf(stderr, "gen: create %s: %v\n", o.Out, err)
+	fleet, err := GenerateFleet(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "gen:", err)
 		return 1
+	}
+	for name, b := range fleet {
+		files[name] = b
+	}
+	for _, dir := range []string{o.Out, filepath.Join(o.Out, fleetDir)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "gen: create %s: %v\n", dir, err)
+			return 1
+		}
 	}
 	for _, name := range sortedKeys(files) {
 		p := filepath.Join(o.Out, name)

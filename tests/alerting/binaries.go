@@ -12,11 +12,11 @@ import (
 	"testing"
 )
 
-// The pinned Prometheus and Alertmanager: the versions in
+// The pinned Prometheus, Alertmanager and Thanos: the versions in
 // deploy/versions.env, built by scripts/promstack.sh into a cache outside
 // the repository. Every test that runs a Prometheus, an Alertmanager,
-// promtool or amtool takes it from here, so the one setting decides what
-// fspair is tested on.
+// promtool, amtool or Thanos takes it from here, so the one setting decides
+// what fspair is tested on.
 
 // Debian 12's Prometheus 2.42 (package prometheus), the 2.x that the rule
 // unit tests and the dashboards' query walk also run on.
@@ -31,7 +31,8 @@ var (
 )
 
 // PinnedBinary returns the path of the pinned prometheus, promtool,
-// alertmanager or amtool, building it first if the cache lacks it. The
+// alertmanager, amtool or thanos, building it first if the cache lacks it
+// (Thanos: minutes cold, scripts/promstack.sh build thanos). The
 // environment variable FSPAIR_<NAME> (e.g. FSPAIR_PROMETHEUS) names
 // another binary instead.
 func PinnedBinary(name string) (string, error) {

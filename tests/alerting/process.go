@@ -111,3 +111,48 @@ func freeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
+
+// Daemon is a process a test runs beside a Stack (e.g. Thanos in
+// tests/fleet), with the same handling as the stack's own: its own process
+// group, its output kept for a failure report, SIGTERM then SIGKILL.
+type Daemon struct{ p *process }
+
+// StartDaemon starts bin with args; name labels its errors and log.
+func StartDaemon(name, bin string, args ...string) (*Daemon, error) {
+	p, err := startProcess(name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &Daemon{p}, nil
+}
+
+// StartDaemonCmd starts a command prepared by the caller (its environment,
+// working directory); its output goes to the daemon's log.
+func StartDaemonCmd(name string, cmd *exec.Cmd) (*Daemon, error) {
+	p := &process{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return &Daemon{p}, nil
+}
+
+// WaitReady polls url until it answers 200, the daemon exits or ctx ends.
+func (d *Daemon) WaitReady(ctx context.Context, url string) error { return d.p.waitReady(ctx, url) }
+
+// Stop asks the daemon to exit, killing it after 10 s.
+func (d *Daemon) Stop() error { return d.p.stop() }
+
+// Log is the last part of the daemon's output.
+func (d *Daemon) Log() string { return d.p.out.String() }
+
+// Name is the name the daemon was started with.
+func (d *Daemon) Name() string { return d.p.name }
+
+// FreeAddr picks a free loopback host:port (see freeAddr).
+func FreeAddr() (string, error) { return freeAddr() }

@@ -155,3 +155,25 @@ func (f *RuleFile) Records() []string {
 	}
 	return out
 }
+
+// WithoutGroupIntervals returns the rule file at path with every group
+// evaluated at the global evaluation interval: the long-window groups run
+// every twentieth of their window in production (3m with 1h), which would
+// make a test wait three of their intervals for the fleet rules. The rules
+// and their names are unchanged.
+func WithoutGroupIntervals(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read rules (go run ./rules/gen -out rules/): %w", err)
+	}
+	var f struct {
+		Groups []map[string]any `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	for _, g := range f.Groups {
+		delete(g, "interval")
+	}
+	return yaml.Marshal(f)
+}

@@ -481,7 +481,7 @@ func (s *Stack) checkRulesLoaded(ctx context.Context) error {
 			} `json:"groups"`
 		} `json:"data"`
 	}
-	if err := s.getJSON(ctx, s.promURL+"/api/v1/rules", &resp); err != nil {
+	if err := GetJSON(ctx, s.promURL+"/api/v1/rules", &resp); err != nil {
 		return fmt.Errorf("list prometheus rules: %w", err)
 	}
 	if len(resp.Data.Groups) == 0 {
@@ -490,7 +490,9 @@ func (s *Stack) checkRulesLoaded(ctx context.Context) error {
 	return nil
 }
 
-func (s *Stack) getJSON(ctx context.Context, u string, v any) error {
+// GetJSON decodes the JSON answer of a GET into v; an HTTP error status is
+// an error after decoding (the query APIs explain their errors in the body).
+func GetJSON(ctx context.Context, u string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -525,16 +527,27 @@ func (s *Stack) Query(ctx context.Context, expr string) ([]Sample, error) {
 	if s.promURL == "" {
 		return nil, errors.New("query: the stack runs no prometheus")
 	}
-	var resp struct {
-		Status    string `json:"status"`
-		ErrorType string `json:"errorType"`
-		Error     string `json:"error"`
-		Data      struct {
-			ResultType string            `json:"resultType"`
-			Result     []json.RawMessage `json:"result"`
-		} `json:"data"`
-	}
-	err := s.getJSON(ctx, s.promURL+"/api/v1/query?query="+url.QueryEscape(expr), &resp)
+	return Query(ctx, s.promURL, expr)
+}
+
+// queryResponse is the envelope of Prometheus's query API (and Thanos
+// Query's, which speaks the same).
+type queryResponse struct {
+	Status    string   `json:"status"`
+	ErrorType string   `json:"errorType"`
+	Error     string   `json:"error"`
+	Warnings  []string `json:"warnings"`
+	Data      struct {
+		ResultType string            `json:"resultType"`
+		Result     []json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+// Query runs an instant PromQL query on the Prometheus query API at base
+// (a Prometheus, or Thanos Query).
+func Query(ctx context.Context, base, expr string) ([]Sample, error) {
+	var resp queryResponse
+	err := GetJSON(ctx, base+"/api/v1/query?query="+url.QueryEscape(expr), &resp)
 	if resp.Status == "error" {
 		return nil, fmt.Errorf("query %q: %s: %s", expr, resp.ErrorType, resp.Error)
 	}
@@ -567,6 +580,44 @@ func (s *Stack) Query(ctx context.Context, expr string) ([]Sample, error) {
 			}
 			out = append(out, Sample{Value: f})
 		}
+	}
+	return out, nil
+}
+
+// Series is one series of a range-query result: its labels and how many
+// points it has.
+type Series struct {
+	Labels map[string]string
+	Points int
+}
+
+// QueryRange runs a range query on the query API at base from start to end
+// at step.
+func QueryRange(ctx context.Context, base, expr string, start, end time.Time, step time.Duration) ([]Series, error) {
+	q := url.Values{
+		"query": {expr},
+		"start": {strconv.FormatFloat(float64(start.UnixMilli())/1000, 'f', 3, 64)},
+		"end":   {strconv.FormatFloat(float64(end.UnixMilli())/1000, 'f', 3, 64)},
+		"step":  {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)},
+	}
+	var resp queryResponse
+	err := GetJSON(ctx, base+"/api/v1/query_range?"+q.Encode(), &resp)
+	if resp.Status == "error" {
+		return nil, fmt.Errorf("range query %q: %s: %s", expr, resp.ErrorType, resp.Error)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("range query %q: %w", expr, err)
+	}
+	var out []Series
+	for _, r := range resp.Data.Result {
+		var v struct {
+			Metric map[string]string `json:"metric"`
+			Values [][2]any          `json:"values"`
+		}
+		if err := json.Unmarshal(r, &v); err != nil {
+			return nil, fmt.Errorf("range query %q: decode series: %w", expr, err)
+		}
+		out = append(out, Series{Labels: v.Metric, Points: len(v.Values)})
 	}
 	return out, nil
 }
@@ -645,7 +696,7 @@ func (s *Stack) ActiveAlerts(ctx context.Context) ([]Alert, error) {
 			SilencedBy  []string `json:"silencedBy"`
 		} `json:"status"`
 	}
-	if err := s.getJSON(ctx, s.amURL+"/api/v2/alerts", &resp); err != nil {
+	if err := GetJSON(ctx, s.amURL+"/api/v2/alerts", &resp); err != nil {
 		return nil, fmt.Errorf("list alertmanager alerts: %w", err)
 	}
 	var out []Alert
@@ -682,7 +733,7 @@ func (s *Stack) PrometheusAlerts(ctx context.Context, matchers map[string]string
 			} `json:"alerts"`
 		} `json:"data"`
 	}
-	if err := s.getJSON(ctx, s.promURL+"/api/v1/alerts", &resp); err != nil {
+	if err := GetJSON(ctx, s.promURL+"/api/v1/alerts", &resp); err != nil {
 		return nil, fmt.Errorf("list prometheus alerts: %w", err)
 	}
 	var out []Alert

@@ -114,7 +114,13 @@ type SyntheticTarget struct {
 
 // NewSyntheticTarget starts serving /metrics for disks on 127.0.0.1.
 func NewSyntheticTarget(disks []SyntheticDisk) (*SyntheticTarget, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewSyntheticTargetAt("127.0.0.1:0", disks)
+}
+
+// NewSyntheticTargetAt starts serving /metrics for disks on addr (host:port,
+// e.g. ":9101" in a container of the lab fleet).
+func NewSyntheticTargetAt(addr string, disks []SyntheticDisk) (*SyntheticTarget, error) {
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for synthetic target: %w", err)
 	}
