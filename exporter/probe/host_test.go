@@ -110,8 +110,9 @@ func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
 		t.Fatal(err)
 	}
 	t.Logf("image: %d/%d requests, %d/%d bytes (read/write)", ic.Requests[0], ic.Requests[1], ic.Bytes[0], ic.Bytes[1])
-	// The device's own statistics again: background writes (ext4's lazy
-	// inode table init zeroes 2 MiB here) may land between the readings.
+	// The device's own statistics again: background writes (journal
+	// commits; ext4's lazy inode table init where the file system was not
+	// made by loopFS) may land between the readings.
 	rd2, wr2 := sysBlockStat(t, name)
 	t.Logf("device: data %v metadata %v other %v bytes; flushes %d; /sys/block: read %d-%d written %d-%d",
 		dc.Bytes[0], dc.Bytes[1], dc.Bytes[2], dc.Flushes, rd1-rd0, rd2-rd0, wr1-wr0, wr2-wr0)
