@@ -141,6 +141,7 @@ type ruleFileYAML struct {
 		Rules []struct {
 			Record      string            `yaml:"record"`
 			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
 			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`

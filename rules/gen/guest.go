@@ -99,9 +99,9 @@ or
 			"Latency by layer, vmm: guest minus image_file, the time QEMU itself adds to a guest request.",
 			layer("vmm")),
 		rec(w, guestPathName, `
-  sum by (${disk}, op) (rate(fspair_disk_stage_seconds_sum{${job}, stage="host_queue"}[${w}]))
+  sum by (${disk}, op) (`+counterRate("fspair_disk_stage_seconds_sum", `${job}, stage="host_queue"`)+`)
 /
-  (sum by (${disk}, op) (rate(fspair_disk_stage_seconds_count{${job}, stage="host_queue"}[${w}])) >= `+minReq+`)`,
+  (sum by (${disk}, op) (`+counterRate("fspair_disk_stage_seconds_count", `${job}, stage="host_queue"`)+`) >= `+minReq+`)`,
 			"Latency by layer, host_queue: mean time the image's host block requests waited in the I/O scheduler, reads and writes.",
 			layer("host_queue")),
 		rec(w, guestPathName, `

@@ -109,7 +109,7 @@ func baseRules(short, w window, long bool) []Rule {
 			if b.selector != "" {
 				sel += ", " + b.selector
 			}
-			expr = fmt.Sprintf("sum by (%s) (rate(%s{%s}[${w}]))", b.by, b.metric, sel)
+			expr = fmt.Sprintf("sum by (%s) (%s)", b.by, counterRate(b.metric, sel))
 		} else {
 			// The static labels select this rule's share of a shared name.
 			sel := ""
@@ -125,6 +125,29 @@ func baseRules(short, w window, long bool) []Rule {
 		out = append(out, rec(w, name, expr, c, b.labels...))
 	}
 	return out
+}
+
+// counterRate is the per-second rate of an exporter counter over ${w}. A
+// histogram's _sum or _count is read in both exposition modes: as the
+// classic series (text scrapes, --histograms=classic, or a Prometheus that
+// keeps classic histograms) or, when the Prometheus ingested the histogram
+// as a native one, with histogram_sum or histogram_count. The two sides
+// carry the same labels, so "or" never doubles a disk, and the side with
+// no series costs one index lookup.
+func counterRate(metric, sel string) string {
+	for _, part := range []string{"sum", "count"} {
+		if base, ok := strings.CutSuffix(metric, "_"+part); ok && histogramFamilies[base] {
+			return fmt.Sprintf("rate(%s{%s}[${w}]) or histogram_%s(rate(%s{%s}[${w}]))", metric, sel, part, base, sel)
+		}
+	}
+	return fmt.Sprintf("rate(%s{%s}[${w}])", metric, sel)
+}
+
+// histogramFamilies are the exporter's histograms the rules read by their
+// sum and count (rules/gen's tests check each against exporter/collector).
+var histogramFamilies = map[string]bool{
+	"fspair_disk_stage_seconds":            true,
+	"fspair_disk_request_duration_seconds": true,
 }
 
 // featureRules derive the per-disk workload features from the base rates of
