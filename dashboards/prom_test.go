@@ -44,7 +44,7 @@ func syntheticDisks() []alerting.SyntheticDisk {
 	}
 }
 
-func startStack(prometheus string) (*alerting.Stack, error) {
+func startStack(prometheus string, native bool) (*alerting.Stack, error) {
 	root, err := alerting.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -77,6 +77,9 @@ func startStack(prometheus string) (*alerting.Stack, error) {
 		RulesDir:      dir,
 		ScrapeTargets: []alerting.Target{{Address: target.Addr()}},
 		Prometheus:    prometheus,
+		// The synthetic target writes classic histograms; in the native
+		// variant Prometheus stores them as native ones.
+		NativeHistograms: native,
 	})
 	if err != nil {
 		return nil, err
@@ -88,23 +91,53 @@ func startStack(prometheus string) (*alerting.Stack, error) {
 // promStack is the pinned Prometheus's stack (promStackOf).
 func promStack(t *testing.T) *alerting.Stack {
 	t.Helper()
-	return promStackOf(t, alerting.Releases(t)[0])
+	return promStackOf(t, stackVariant{release: alerting.Releases(t)[0]})
 }
 
-// promStackOf starts the stack of release r on first use; the test fails,
+// stackVariant is a Prometheus release and how it stores the exporter's
+// histograms: classic series (_bucket, _sum, _count), or native
+// histograms only (what fspair_exporter --histograms=native gives a
+// Prometheus that scrapes protobuf).
+type stackVariant struct {
+	release alerting.PromRelease
+	native  bool
+}
+
+func (v stackVariant) name() string {
+	if v.native {
+		return v.release.Name + "-native-histograms"
+	}
+	return v.release.Name
+}
+
+// stackVariants are every release with classic histograms, and the
+// releases that store native histograms (3 and later; 2.42 only behind a
+// feature flag) with native ones.
+func stackVariants(t *testing.T) []stackVariant {
+	var out []stackVariant
+	for _, r := range alerting.Releases(t) {
+		out = append(out, stackVariant{release: r})
+		if r.Major >= 3 {
+			out = append(out, stackVariant{release: r, native: true})
+		}
+	}
+	return out
+}
+
+// promStackOf starts the stack of variant v on first use; the test fails,
 // never skips, when Prometheus or Alertmanager is missing
 // (scripts/promstack.sh builds the pinned ones, make deps installs 2.42).
-func promStackOf(t *testing.T, r alerting.PromRelease) *alerting.Stack {
+func promStackOf(t *testing.T, v stackVariant) *alerting.Stack {
 	t.Helper()
 	stackMu.Lock()
 	defer stackMu.Unlock()
-	if _, ok := stacks[r.Name]; !ok && stackErrs[r.Name] == nil {
-		stacks[r.Name], stackErrs[r.Name] = startStack(r.Prometheus)
+	if _, ok := stacks[v.name()]; !ok && stackErrs[v.name()] == nil {
+		stacks[v.name()], stackErrs[v.name()] = startStack(v.release.Prometheus, v.native)
 	}
-	if err := stackErrs[r.Name]; err != nil {
-		t.Fatalf("start Prometheus %s to check the queries with: %v", r.Name, err)
+	if err := stackErrs[v.name()]; err != nil {
+		t.Fatalf("start Prometheus %s to check the queries with: %v", v.name(), err)
 	}
-	return stacks[r.Name]
+	return stacks[v.name()]
 }
 
 func TestMain(m *testing.M) {
@@ -171,8 +204,14 @@ func waitForRules(t *testing.T, s *alerting.Stack) {
 // data unless EmptyReasons says why it cannot here. A panel reading a
 // label or series the rules do not produce comes back empty and fails.
 func TestPanelsOnSyntheticDisks(t *testing.T) {
-	for _, r := range alerting.Releases(t) {
-		t.Run("prometheus-"+r.Name, func(t *testing.T) { panelsOnSyntheticDisks(t, promStackOf(t, r)) })
+	for _, v := range stackVariants(t) {
+		t.Run("prometheus-"+v.name(), func(t *testing.T) {
+			s := promStackOf(t, v)
+			if v.native {
+				nativeOnly(t, s)
+			}
+			panelsOnSyntheticDisks(t, s)
+		})
 	}
 }
 
@@ -227,6 +266,36 @@ func panelsOnSyntheticDisks(t *testing.T, s *alerting.Stack) {
 	t.Error("fspair-fleet.json has no panel listing the disks on worst pairs")
 }
 
+// nativeOnly checks that stack s stores fspair's histograms as native ones
+// and has none of their classic series, so that a panel reading only those
+// comes back empty and fails.
+func nativeOnly(t *testing.T, s *alerting.Stack) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		native, err := s.Query(ctx, `count(histogram_count(fspair_disk_stage_seconds))`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(native) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no native fspair_disk_stage_seconds histogram after a minute")
+		case <-time.After(time.Second):
+		}
+	}
+	classic, err := s.Query(ctx, `count by (__name__) ({__name__=~"fspair_.+_(bucket|sum|count)"})`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(classic) > 0 {
+		t.Fatalf("the native-histogram Prometheus stores classic series too: %v", classic)
+	}
+}
+
 // leMatcher is a selector on a bucket's le text (le="4096", le=~"...").
 var leMatcher = regexp.MustCompile(`\ble\s*(=|!=|=~|!~)\s*\\?"`)
 
@@ -256,7 +325,7 @@ func TestBucketLabels(t *testing.T) {
 	}
 	for _, r := range alerting.Releases(t) {
 		t.Run("prometheus-"+r.Name, func(t *testing.T) {
-			les := bucketBounds(t, promStackOf(t, r))
+			les := bucketBounds(t, promStackOf(t, stackVariant{release: r}))
 			// An integral bound the exporter writes plainly ("4096"); one
 			// written in exponent form ("1.048576e+06") is the same in both.
 			plain, dotZero := 0, 0

@@ -87,6 +87,22 @@ def rate(metric: str, *matchers: str, fn: str = "rate") -> str:
     return f"{fn}({raw(metric, *matchers)}[$__rate_interval])"
 
 
+def hist_rate(rate_fn, metric: str, part: str, *matchers: str) -> str:
+    """The rate of a histogram's sum or count (part), in both exposition modes:
+    the classic series, or histogram_sum/histogram_count of the histogram where
+    Prometheus stored it as a native one (fspair_exporter --histograms).
+    Both sides carry the same labels, so "or" never doubles a series."""
+    return f"({rate_fn(metric + '_' + part, *matchers)} or histogram_{part}({rate_fn(metric, *matchers)}))"
+
+
+def hist_buckets(rate_fn, metric: str, *matchers: str) -> str:
+    """A histogram's bucket rates summed for a heatmap, in both exposition
+    modes: the native histogram where Prometheus stored one, else the classic
+    buckets by le ("or on ()" takes the right side only when the left is
+    empty, so a Prometheus keeping both never mixes them in one panel)."""
+    return f"sum({rate_fn(metric, *matchers)}) or on () sum by (le) ({rate_fn(metric + '_bucket', *matchers)})"
+
+
 def dashboard_link(uid: str, *params: str) -> str:
     """A link to another fspair dashboard keeping the data source and time range."""
     query = "&".join(("${datasource:queryparam}", "${__url_time_range}", *params))

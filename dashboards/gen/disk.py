@@ -27,6 +27,8 @@ from common import (
     bar_panel,
     dashboard_link,
     heatmap_panel,
+    hist_buckets,
+    hist_rate,
     new_dashboard,
     query_variable,
     rate,
@@ -79,7 +81,7 @@ def disk_rate(metric: str, *matchers: str) -> str:
 
 def buckets(metric: str, *matchers: str) -> str:
     """Bucket rates of one of the disk's histograms, for a heatmap."""
-    return f"sum by (le) ({disk_rate(metric + '_bucket', *matchers)})"
+    return hist_buckets(disk_rate, metric, *matchers)
 
 
 def host_device_of_disk(expr: str) -> str:
@@ -472,7 +474,8 @@ def _workload() -> list[PanelBuilder]:
             "short",
             [
                 Query(
-                    f"sum({disk_rate('fspair_disk_outstanding_requests_sum')})\n/\n(sum({disk_rate('fspair_disk_outstanding_requests_count')}) > 0)",
+                    f"sum({hist_rate(disk_rate, 'fspair_disk_outstanding_requests', 'sum')})\n/\n"
+                    f"(sum({hist_rate(disk_rate, 'fspair_disk_outstanding_requests', 'count')}) > 0)",
                     "mean in flight",
                 )
             ],
@@ -550,8 +553,8 @@ def _latency(inputs: Inputs) -> list[PanelBuilder]:
     ]
     queue = 'stage="host_queue"'
     host_queue = (
-        f"sum by (stage, op) ({disk_rate('fspair_disk_stage_seconds_sum', queue)})\n/\n"
-        f"(sum by (stage, op) ({disk_rate('fspair_disk_stage_seconds_count', queue)}) > 0)"
+        f"sum by (stage, op) ({hist_rate(disk_rate, 'fspair_disk_stage_seconds', 'sum', queue)})\n/\n"
+        f"(sum by (stage, op) ({hist_rate(disk_rate, 'fspair_disk_stage_seconds', 'count', queue)}) > 0)"
     )
     return [
         timeseries_panel(

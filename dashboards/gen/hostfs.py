@@ -21,6 +21,8 @@ from common import (
     disk_link_from_series,
     disk_link_from_table,
     heatmap_panel,
+    hist_buckets,
+    hist_rate,
     new_dashboard,
     query_variable,
     rate,
@@ -240,8 +242,8 @@ def _journal() -> list[PanelBuilder]:
 def _latency() -> list[PanelBuilder]:
     def mean(metric: str) -> str:
         return (
-            f"sum by (instance, host_device, op) ({device_rate(metric + '_sum')})\n/\n"
-            f"(sum by (instance, host_device, op) ({device_rate(metric + '_count')}) > 0)"
+            f"sum by (instance, host_device, op) ({hist_rate(device_rate, metric, 'sum')})\n/\n"
+            f"(sum by (instance, host_device, op) ({hist_rate(device_rate, metric, 'count')}) > 0)"
         )
 
     return [
@@ -260,13 +262,13 @@ def _latency() -> list[PanelBuilder]:
             "Device service time",
             "Distribution of device service time of all reads and writes on the selected devices (fspair_host_device_service_seconds).",
             "s",
-            Query(f"sum by (le) ({device_rate('fspair_host_device_service_seconds_bucket')})"),
+            Query(hist_buckets(device_rate, "fspair_host_device_service_seconds")),
         ),
         heatmap_panel(
             "Host I/O scheduler queue time",
             "Distribution of the time requests waited in the host I/O scheduler on the selected devices (fspair_host_device_queue_seconds).",
             "s",
-            Query(f"sum by (le) ({device_rate('fspair_host_device_queue_seconds_bucket')})"),
+            Query(hist_buckets(device_rate, "fspair_host_device_queue_seconds")),
         ),
     ]
 

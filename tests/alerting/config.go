@@ -137,10 +137,15 @@ func prometheusConfig(opts Options, alertmanager string) ([]byte, error) {
 		cfg["rule_files"] = []string{filepath.Join(opts.RulesDir, "*.yml"), filepath.Join(opts.RulesDir, "*.yaml")}
 	}
 	if len(targets) > 0 {
-		cfg["scrape_configs"] = []any{map[string]any{
+		job := map[string]any{
 			"job_name":       opts.Job,
 			"static_configs": targets,
-		}}
+		}
+		if opts.NativeHistograms {
+			job["scrape_native_histograms"] = true
+			job["convert_classic_histograms_to_nhcb"] = true
+		}
+		cfg["scrape_configs"] = []any{job}
 	}
 	return yaml.Marshal(cfg)
 }

@@ -61,6 +61,14 @@ type Options struct {
 	// PrometheusFlags are more command-line flags for Prometheus, e.g.
 	// --web.enable-remote-write-receiver for k6's metrics.
 	PrometheusFlags []string
+	// NativeHistograms makes Prometheus (3 only) store the targets'
+	// histograms as native ones and no classic series: it asks for
+	// protobuf, where a target that offers native histograms sends them
+	// (scrape_native_histograms), and converts a text target's classic
+	// histograms into native ones with its buckets as custom bounds
+	// (convert_classic_histograms_to_nhcb). No _bucket, _sum or _count
+	// series then: what reads them must read the histogram itself.
+	NativeHistograms bool
 }
 
 // Alert is one alert as a notification carried it, or as the
@@ -519,6 +527,21 @@ func GetJSON(ctx context.Context, u string, v any) error {
 type Sample struct {
 	Labels map[string]string
 	Value  float64
+	// Histogram is a native histogram's value (Value is 0 then).
+	Histogram *Histogram
+}
+
+// Histogram is a native histogram sample as the query API returns it.
+type Histogram struct {
+	Count, Sum float64
+	// Buckets are the populated buckets, lowest first.
+	Buckets []HistogramBucket
+}
+
+// HistogramBucket is one bucket of a native histogram: Count observations
+// between Lower and Upper.
+type HistogramBucket struct {
+	Lower, Upper, Count float64
 }
 
 // Query runs an instant PromQL query on the stack's Prometheus. A query
@@ -543,6 +566,40 @@ type queryResponse struct {
 	} `json:"data"`
 }
 
+// parseHistogram decodes a native histogram value of the query API: count
+// and sum as strings, buckets as [boundary rule, lower, upper, count].
+func parseHistogram(raw json.RawMessage) (*Histogram, error) {
+	var v struct {
+		Count   string  `json:"count"`
+		Sum     string  `json:"sum"`
+		Buckets [][]any `json:"buckets"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("decode histogram: %w", err)
+	}
+	h := &Histogram{}
+	var err error
+	if h.Count, err = strconv.ParseFloat(v.Count, 64); err != nil {
+		return nil, fmt.Errorf("histogram count %q: %w", v.Count, err)
+	}
+	if h.Sum, err = strconv.ParseFloat(v.Sum, 64); err != nil {
+		return nil, fmt.Errorf("histogram sum %q: %w", v.Sum, err)
+	}
+	for _, b := range v.Buckets {
+		if len(b) != 4 {
+			return nil, fmt.Errorf("histogram bucket %v: want 4 fields", b)
+		}
+		var f [3]float64
+		for i := range f {
+			if f[i], err = parseValue(b[i+1]); err != nil {
+				return nil, fmt.Errorf("histogram bucket %v: %w", b, err)
+			}
+		}
+		h.Buckets = append(h.Buckets, HistogramBucket{Lower: f[0], Upper: f[1], Count: f[2]})
+	}
+	return h, nil
+}
+
 // Query runs an instant PromQL query on the Prometheus query API at base
 // (a Prometheus, or Thanos Query).
 func Query(ctx context.Context, base, expr string) ([]Sample, error) {
@@ -559,11 +616,20 @@ func Query(ctx context.Context, base, expr string) ([]Sample, error) {
 	case "vector":
 		for _, r := range resp.Data.Result {
 			var v struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
+				Metric    map[string]string   `json:"metric"`
+				Value     [2]any              `json:"value"`
+				Histogram *[2]json.RawMessage `json:"histogram"`
 			}
 			if err := json.Unmarshal(r, &v); err != nil {
 				return nil, fmt.Errorf("query %q: decode sample: %w", expr, err)
+			}
+			if v.Histogram != nil {
+				h, err := parseHistogram(v.Histogram[1])
+				if err != nil {
+					return nil, fmt.Errorf("query %q: %w", expr, err)
+				}
+				out = append(out, Sample{Labels: v.Metric, Histogram: h})
+				continue
 			}
 			f, err := parseValue(v.Value[1])
 			if err != nil {
