@@ -41,6 +41,11 @@ func TestExpositionCoversRules(t *testing.T) {
 				continue
 			}
 			n++
+			// A histogram the rules read natively (histogram_sum(x)) is
+			// served as its classic _sum and _count.
+			if served[name] == 0 && served[name+"_sum"] > 0 && served[name+"_count"] > 0 {
+				continue
+			}
 			if served[name] == 0 {
 				t.Errorf("%s: the rules read %s, which the bench does not serve", filepath.Base(f), name)
 			}
