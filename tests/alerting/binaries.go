@@ -32,7 +32,7 @@ var (
 
 // PinnedBinary returns the path of the pinned prometheus, promtool,
 // alertmanager, amtool or thanos, building it first if the cache lacks it
-// (Thanos: minutes cold, scripts/promstack.sh build thanos). The
+// (scripts/promstack.sh build; minutes cold). The
 // environment variable FSPAIR_<NAME> (e.g. FSPAIR_PROMETHEUS) names
 // another binary instead.
 func PinnedBinary(name string) (string, error) {

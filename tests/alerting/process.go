@@ -46,14 +46,19 @@ func (b *logBuffer) String() string {
 }
 
 func startProcess(name, bin string, args ...string) (*process, error) {
-	p := &process{name: name, out: &logBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	return startCmd(name, exec.Command(bin, args...))
+}
+
+// startCmd starts cmd as process name, its output kept in the process's
+// log.
+func startCmd(name string, cmd *exec.Cmd) (*process, error) {
+	p := &process{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// Its own process group, so that a Ctrl-C of `go test` reaches the
 	// test first and Close still gets to stop the daemon cleanly.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
@@ -129,16 +134,10 @@ func StartDaemon(name, bin string, args ...string) (*Daemon, error) {
 // StartDaemonCmd starts a command prepared by the caller (its environment,
 // working directory); its output goes to the daemon's log.
 func StartDaemonCmd(name string, cmd *exec.Cmd) (*Daemon, error) {
-	p := &process{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
+	p, err := startCmd(name, cmd)
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	return &Daemon{p}, nil
 }
 
