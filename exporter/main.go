@@ -70,6 +70,12 @@ func run() int {
 			"or auto (fentry where the kernel has trampolines, else tracepoint).").Default("auto").Enum("auto", "fentry", "tracepoint", "syscall")
 		probeStats = app.Flag("probe.stats", "Turn on the kernel's per-program BPF run-time statistics (kernel.bpf_stats_enabled) while the exporter runs, "+
 			"for fspair_probe_run_seconds_total; they add two clock reads to every run of every BPF program on the host, so they are off by default.").Bool()
+		histograms = app.Flag("histograms", "What histograms a scraper gets that asks for the protobuf format (Accept: application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited: "+
+			"Prometheus 3 with scrape_native_histograms: true, 2.40+ with --enable-feature=native-histograms): native (one series per native histogram, no _bucket series: 78 series for a disk with every histogram observed instead of 521), "+
+			"classic (_bucket{le} series), or both (classic buckets and the native histogram in the same metric, as client_golang writes them; a Prometheus keeps the classic ones only with always_scrape_classic_histograms). "+
+			"Text scrapes always get classic histograms, as the text format has none other. native is the default: only a scraper set up for native histograms asks for protobuf, "+
+			"and the rules read histograms either way; set classic where a Prometheus lists PrometheusProto in scrape_protocols without ingesting native histograms, or where dashboards still read _bucket series.").
+			Default("native").String()
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
 		guestStats   = app.Flag("guest.stats", "Read each disk's guest side (QEMU's query-blockstats, through libvirt or a QMP monitor) in the background.").Default("true").Bool()
 		guestEvery   = app.Flag("guest.interval", "How often the guest side is read.").Default("5s").Duration()
@@ -100,6 +106,11 @@ func run() int {
 	}
 	if *guestStats && (*guestEvery < 100*time.Millisecond || *guestTO <= 0) {
 		fmt.Fprintf(os.Stderr, "%s: --guest.interval must be at least 100ms and --guest.timeout above 0, got %s and %s\n", name, *guestEvery, *guestTO)
+		return 2
+	}
+	hist, err := collector.ParseHistograms(*histograms)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: --%v\n", name, err)
 		return 2
 	}
 	if *interval < 100*time.Millisecond {
@@ -230,6 +241,7 @@ func run() int {
 		GzipLevel:           *gzipLevel,
 		Reuse:               *reuse,
 		Guest:               guestSrc,
+		Histograms:          hist,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)

@@ -18,7 +18,13 @@
 #     The kernel matrix's part (PARTS=kernel, tests/matrix) measures the
 #     same rows in a guest booting Debian 12's 6.1 kernel, which has the
 #     trampolines this host lacks.
-#  3. scrape time and exporter RSS at 10, 100 and 1000 tracked disks.
+#  3. scrape time, exporter RSS and series at 10, 100, 1000 and 10,000
+#     tracked disks (SCRAPE_DISKS), each in the text format (classic
+#     histograms) and in protobuf as Prometheus 3 asks for it with
+#     scrape_native_histograms (--histograms=native): a fresh exporter per
+#     format, so that each RSS is its own; series counted as Prometheus
+#     stores them (bench/series). The exporter runs in the syscall probe
+#     mode there, so that every histogram has data (the worst case).
 #  4. the libvirt exporter (Debian's prometheus-libvirt-exporter) beside
 #     fspair_exporter on the same libvirt domains, at 10, 100 and 1000
 #     disks: scrape time, RSS and series of each. The domains are started
@@ -56,6 +62,7 @@ RUNTIME=${RUNTIME:-10}   # seconds per fio run
 REPS=${REPS:-5}          # runs per configuration
 PARTS=${PARTS:-iops,stats,scrape,libvirt,pathcost,kernel}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 4
+SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 LIBVIRT_DISKS_PER_VM=${LIBVIRT_DISKS_PER_VM:-10}
 LAB_LOCK=${LAB_LOCK:-/var/tmp/fspair-lab.lock}
 OUT=${OUT:-bench/results.txt}
@@ -86,7 +93,7 @@ run_exporter() { # discovery flags
 	# reading (--web.reuse, which an older BIN may not have).
 	local reuse=()
 	"$BIN" --help 2>&1 | grep -q -- '--web.reuse' && reuse=(--web.reuse=0)
-	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks=2048 --log.level=warn "${reuse[@]}" "$@" 9>&- &
+	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks="${MAX_DISKS:-2048}" --log.level=warn "${reuse[@]}" "$@" 9>&- &
 	exporter=$!
 	pids+=("$exporter")
 	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
@@ -241,26 +248,12 @@ if want stats; then
 		awk '{printf "ns/event floor        %-26s %9d runs  %6.1f ns\n", $1, $2, $4}' | tee -a "$out"
 fi
 
-# 3: scrape time and RSS by tracked disks.
-want scrape && for n in 10 100 1000; do
-	log "scrape at $n disks"
-	cfg="$work/n$n.yml"
-	echo "disks:" > "$cfg"
-	for i in $(seq "$n"); do
-		truncate -s 1G "$work/d$i.img"
-		printf '  - domain: vm%d\n    uuid: 00000000-0000-0000-0000-%012d\n    target_device: vda\n    source_file: %s\n' \
-			"$i" "$i" "$work/d$i.img" >> "$cfg"
-	done
-	start_exporter "$cfg"
-	for _ in $(seq 100); do
-		got=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -c '^fspair_disk_info{' || true)
-		[ "$got" = "$n" ] && break
-		sleep 0.2
-	done
+# 3: scrape time and RSS by tracked disks, per format.
+proto_accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited'
+scrape_io() { # one request of each operation on each image
 	# Every disk does each operation once (the exporter follows every
 	# process: no pid in the config), so that every histogram has an
 	# observation and is written: a histogram appears with its first.
-	log "one request of each operation on each of the $n images"
 	python3 - "$work"/d*.img <<'PY'
 import ctypes, mmap, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -283,18 +276,73 @@ for path in sys.argv[1:]:
     os.preadv(fd, [buf], 0)                             # read, from the device
     os.close(fd)
 PY
-	times=() ztimes=()
-	for _ in $(seq 20); do times+=("$(curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
-	# As Prometheus asks: gzip if the exporter will (curl inflates it).
-	for _ in $(seq 20); do ztimes+=("$(curl -sf --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
-	t=$(printf '%s\n' "${times[@]}" | median)
-	zt=$(printf '%s\n' "${ztimes[@]}" | median)
-	rss=$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")
-	hwm=$(awk '/VmHWM/ {print $2}' "/proc/$exporter/status")
-	series=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -vc '^#')
-	awk -v n="$n" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" 'BEGIN {
-		printf "scrape disks=%-5d %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d\n", n, 1000*t, 1000*zt, r/1024, h/1024, s }' | tee -a "$out"
-	stop_exporter
+}
+if want scrape; then
+	go build -o "$work/series" ./bench/series
+	# The syscall mode follows every request path this script takes
+	# (buffered writes, fallocate), so that every histogram has data: the
+	# worst case. The tracepoint mode leaves some empty on ext4.
+	# (The help read whole: grep -q would end the pipe early, and
+	# pipefail take the exporter's SIGPIPE for a failure.)
+	help=$("$BIN" --help 2>&1 || true)
+	scrape_flags=()
+	[[ $help == *--probe.mode* ]] && scrape_flags+=(--probe.mode=syscall)
+	declare -A prev_n prev_s
+	formats="text"
+	if [[ $help == *--histograms* ]]; then
+		formats="text proto"
+	else
+		log "$BIN has no --histograms: the text format only"
+	fi
+fi
+want scrape && for n in $SCRAPE_DISKS; do
+	log "scrape at $n disks: $n sparse 1 GiB image files"
+	cfg="$work/n$n.yml"
+	python3 - "$work" "$n" "$cfg" <<'PY'
+import os, sys
+work, n, cfg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with open(cfg, "w") as out:
+    out.write("disks:\n")
+    for i in range(1, n + 1):
+        path = f"{work}/d{i}.img"
+        with open(path, "wb") as f:
+            f.truncate(1 << 30)
+        out.write(f"  - domain: vm{i}\n    uuid: 00000000-0000-0000-0000-{i:012d}\n    target_device: vda\n    source_file: {path}\n")
+PY
+	for format in $formats; do
+		accept=()
+		[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
+		MAX_DISKS=$((n > 2048 ? n : 2048)) start_exporter "$cfg" "${scrape_flags[@]}" $([ "$format" = proto ] && echo --histograms=native)
+		for _ in $(seq 600); do
+			got=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -c '^fspair_disk_info{' || true)
+			[ "$got" = "$n" ] && break
+			sleep 0.5
+		done
+		[ "$got" = "$n" ] || { log "the exporter found $got of $n disks"; exit 1; }
+		log "$format: one request of each operation on each of the $n images"
+		start=$(date +%s)
+		scrape_io
+		log "$format: the requests took $(($(date +%s) - start)) s"
+		times=() ztimes=()
+		for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+		# As Prometheus asks: gzip if the exporter will (curl inflates it).
+		for _ in $(seq 20); do ztimes+=("$(curl -sf "${accept[@]}" --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+		t=$(printf '%s\n' "${times[@]}" | median)
+		zt=$(printf '%s\n' "${ztimes[@]}" | median)
+		rss=$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")
+		hwm=$(awk '/VmHWM/ {print $2}' "/proc/$exporter/status")
+		bytes=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | wc -c)
+		series=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | "$work/series" -format="$format")
+		# Series per disk: the growth over the previous row of the format,
+		# so that the exporter's own series (a few hundred) do not count.
+		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" \
+			-v pn="${prev_n[$format]:-0}" -v ps="${prev_s[$format]:-0}" 'BEGIN {
+			per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
+			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB\n",
+				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6 }' | tee -a "$out"
+		prev_n[$format]=$n prev_s[$format]=$series
+		stop_exporter
+	done
 	rm -f "$work"/d*.img
 done
 

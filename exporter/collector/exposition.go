@@ -39,9 +39,26 @@ func familyOf(d *prometheus.Desc, typ string) *family {
 	return newFamily(i.name, i.help, typ)
 }
 
-func histFamilyOf(d *prometheus.Desc, bounds []float64) *histFamily {
+func histFamilyOf(d *prometheus.Desc, sh shape) *histFamily {
 	i := descs[d]
-	return newHistFamily(i.name, i.help, bounds)
+	return newHistFamily(i.name, i.help, sh.bounds, sh.native)
+}
+
+// sink is what the family writers below write to: the text format
+// (textWriter) or protobuf (protoWriter). Both are written by the same walk
+// over one snapshot, so that they cannot disagree on which series exist.
+type sink interface {
+	// family starts a family; one without samples is left out.
+	family(f *family)
+	// uint, int and float write one sample of f: the labels of a disk or
+	// device, then extra.
+	uint(f *family, labels, extra lbl, v uint64)
+	int(f *family, labels, extra lbl, v int64)
+	float(f *family, labels, extra lbl, v float64)
+	// histogram writes one histogram from per-slot counts (not
+	// cumulative) whose last slot is +Inf, and the sum of its
+	// observations in the family's unit.
+	histogram(h *histFamily, labels, extra lbl, slots []uint64, sum float64)
 }
 
 // Label pairs that follow a disk's or device's label set.
@@ -54,21 +71,34 @@ var (
 	cacheWrExtra   = extraLabels("result", cacheWriteResults)
 	seekExtra      = extraLabels("reference", []string{"previous", "nearest16"})
 	btrfsExtra     = extraLabels("mode", []string{"cow", "nocow"})
-	stageFile      = extraLabels("stage", []string{"file"})[0]
-	stageQueue     = extraLabels("stage", []string{"host_queue"})[0]
-	stageDevice    = extraLabels("stage", []string{"device"})[0]
-	flushCall      = extraLabels("source", []string{"call"})[0]
-	flushJournal   = "," + labelPairs("source", "journal", "kind", "metadata")
+	flushJournal   = extra("source", "journal", "kind", "metadata")
 	kindExtra      = extraLabels("kind", kindNames)
+	// Pairs of extra labels, joined once rather than per series.
+	stageFile   = joined(extraLabels("stage", []string{"file"}), dirExtra)[0]
+	stageQueue  = joined(extraLabels("stage", []string{"host_queue"}), dirExtra)[0]
+	stageDevice = joined(extraLabels("stage", []string{"device"}), dirExtra)[0]
+	flushCall   = joined(extraLabels("source", []string{"call"}), kindExtra)[0]
+	kindOp      = joined(kindExtra, dirExtra)
 )
+
+// joined is each of a followed by each of b.
+func joined(a, b []lbl) [][]lbl {
+	out := make([][]lbl, len(a))
+	for i, x := range a {
+		for _, y := range b {
+			out[i] = append(out[i], x.and(y))
+		}
+	}
+	return out
+}
 
 // diskRow is one disk in a scrape: its labels, escaped once, and its
 // kernel counters, read once.
 type diskRow struct {
 	d      *inventory.Disk
-	labels string // domain="...",uuid="...",target_device="...",source_file="..."
-	disk   bool   // c holds the disk's counters
-	host   bool   // h holds its host-side counters
+	labels lbl  // domain, uuid, target_device, source_file
+	disk   bool // c holds the disk's counters
+	host   bool // h holds its host-side counters
 	c      bpf.DiskCounters
 	h      bpf.HostImageDeviceCounters
 
@@ -83,7 +113,7 @@ type diskRow struct {
 }
 
 type deviceRow struct {
-	labels string
+	labels lbl
 	disks  int
 	c      bpf.HostDeviceCounters
 }
@@ -119,12 +149,12 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	var errs []error
 	for i := range disks {
 		d := &disks[i]
-		labels := labelPairs("domain", d.Domain, "uuid", d.UUID, "target_device", d.TargetDevice, "source_file", d.SourceFile)
-		if seen[labels] {
-			errs = append(errs, fmt.Errorf("disk %s: label set %s already taken by another disk", d.SourceFile, labels))
+		labels := pairs("domain", d.Domain, "uuid", d.UUID, "target_device", d.TargetDevice, "source_file", d.SourceFile)
+		if seen[labels.text] {
+			errs = append(errs, fmt.Errorf("disk %s: label set %s already taken by another disk", d.SourceFile, labels.text))
 			continue
 		}
-		seen[labels] = true
+		seen[labels.text] = true
 		s.disks = append(s.disks, diskRow{d: d, labels: labels})
 		r := &s.disks[len(s.disks)-1]
 		if counters != nil {
@@ -164,13 +194,13 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	clear(seen)
 	for _, dev := range inv.Devices() {
-		labels := labelPairs("host_device", hostLabel(dev.Name), "host_fs", hostLabel(dev.FSType),
+		labels := pairs("host_device", hostLabel(dev.Name), "host_fs", hostLabel(dev.FSType),
 			"host_mountpoint", hostLabel(dev.MountPoint))
-		if seen[labels] {
-			errs = append(errs, fmt.Errorf("host device %s: label set %s already taken by another device", dev.Name, labels))
+		if seen[labels.text] {
+			errs = append(errs, fmt.Errorf("host device %s: label set %s already taken by another device", dev.Name, labels.text))
 			continue
 		}
-		seen[labels] = true
+		seen[labels.text] = true
 		c, err := host.DeviceCounters(dev.Slot)
 		if err != nil {
 			errs = append(errs, err)
@@ -210,7 +240,7 @@ func joinErrs(errs []error) error {
 // directFamily writes one family's series for every disk or device.
 type directFamily struct {
 	name  string
-	write func(t *textWriter, s *snapshot)
+	write func(t sink, s *snapshot)
 }
 
 // The writers of the families, one per family, in name order.
@@ -226,29 +256,29 @@ var directFamilies = func() []directFamily {
 		diskVec(diskFormatBytes, dirExtra, func(r *diskRow) []uint64 { return r.c.FormatBytes[:] }),
 		diskVec(diskSyncWrites, syncExtra, func(r *diskRow) []uint64 { return r.c.SyncWrites[:] }),
 		diskVec(diskSubmissions, ifaceExtra, func(r *diskRow) []uint64 { return r.c.Submissions[:] }),
-		diskVec(diskPunted, []string{""}, func(r *diskRow) []uint64 { return r.punted[:] }),
+		diskVec(diskPunted, []lbl{{}}, func(r *diskRow) []uint64 { return r.punted[:] }),
 		diskVec(diskCacheReads, cacheReadExtra, func(r *diskRow) []uint64 { return r.c.CacheReads[:] }),
 		diskVec(diskCacheReadBytes, cacheReadExtra, func(r *diskRow) []uint64 { return r.c.CacheReadBytes[:] }),
 		diskVec(diskCacheWriteBytes, cacheWrExtra, func(r *diskRow) []uint64 { return r.c.CacheWriteBytes[:] }),
-		diskHist(diskLatency, latencyBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+		diskHist(diskLatency, latencyShape, func(t sink, h *histFamily, r *diskRow) {
 			for i, e := range opExtra {
 				t.histogram(h, r.labels, e, r.c.Latency[i][:], float64(r.c.LatencySumNs[i])/1e9)
 			}
 		}),
-		diskHist(diskSize, sizeBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+		diskHist(diskSize, sizeShape, func(t sink, h *histFamily, r *diskRow) {
 			for i, e := range dirExtra {
 				t.histogram(h, r.labels, e, r.c.Size[i][:], float64(r.c.SizeSum[i]))
 			}
 		}),
-		diskHist(diskSeek, seekBounds, func(t *textWriter, h *histFamily, r *diskRow) {
+		diskHist(diskSeek, seekShape, func(t sink, h *histFamily, r *diskRow) {
 			t.histogram(h, r.labels, seekExtra[0], r.c.SeekPrev[:], float64(r.c.SeekPrevSum))
 			t.histogram(h, r.labels, seekExtra[1], r.c.SeekNear[:], float64(r.c.SeekNearSum))
 		}),
-		diskHist(diskOutstanding, outstandingBounds, func(t *textWriter, h *histFamily, r *diskRow) {
-			t.histogram(h, r.labels, "", r.c.Outstanding[:], float64(r.c.OutstandingSum))
+		diskHist(diskOutstanding, outstandingShape, func(t sink, h *histFamily, r *diskRow) {
+			t.histogram(h, r.labels, lbl{}, r.c.Outstanding[:], float64(r.c.OutstandingSum))
 		}),
-		diskHist(diskInterarrival, interarrivalBounds, func(t *textWriter, h *histFamily, r *diskRow) {
-			t.histogram(h, r.labels, "", r.c.Interarrival[:], float64(r.c.InterarrivalSumNs)/1e9)
+		diskHist(diskInterarrival, interarrivalShape, func(t sink, h *histFamily, r *diskRow) {
+			t.histogram(h, r.labels, lbl{}, r.c.Interarrival[:], float64(r.c.InterarrivalSumNs)/1e9)
 		}),
 		stages(),
 
@@ -265,7 +295,7 @@ var directFamilies = func() []directFamily {
 		btrfsVec(diskBtrfsExtentBytes, func(r *diskRow) [2]uint64 { return [2]uint64{r.h.CowBytes, r.h.NocowBytes} }),
 		flushVec(diskFlushWrites, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWrites[:], r.h.FlushJournalWrites }),
 		flushVec(diskFlushWriteBytes, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWriteBytes[:], r.h.FlushJournalBytes }),
-		hostVec(diskFlushCacheFlushes, []string{""}, func(r *diskRow) []uint64 { return r.cacheFlushes[:] }),
+		hostVec(diskFlushCacheFlushes, []lbl{{}}, func(r *diskRow) []uint64 { return r.cacheFlushes[:] }),
 		hostVec(diskDeviceRequests, dirExtra, func(r *diskRow) []uint64 { return r.h.Requests[:] }),
 		hostVec(diskDeviceBytes, dirExtra, func(r *diskRow) []uint64 { return r.h.Bytes[:] }),
 
@@ -297,7 +327,7 @@ var directNames = func() map[string]bool {
 }()
 
 // writeDirect writes every direct family of s.
-func writeDirect(t *textWriter, s *snapshot) {
+func writeDirect(t sink, s *snapshot) {
 	for _, f := range directFamilies {
 		f.write(t, s)
 	}
@@ -305,9 +335,9 @@ func writeDirect(t *textWriter, s *snapshot) {
 
 // diskVec is a counter family with one series per extra label value, for
 // each disk whose counters were read.
-func diskVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) directFamily {
+func diskVec(d *prometheus.Desc, extra []lbl, get func(r *diskRow) []uint64) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -316,16 +346,16 @@ func diskVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) 
 			}
 			v := get(r)
 			for j, e := range extra {
-				t.uint(f.name, r.labels, e, v[j])
+				t.uint(f, r.labels, e, v[j])
 			}
 		}
 	}}
 }
 
 // hostVec is diskVec for the host-side counters.
-func hostVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) directFamily {
+func hostVec(d *prometheus.Desc, extra []lbl, get func(r *diskRow) []uint64) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -334,15 +364,15 @@ func hostVec(d *prometheus.Desc, extra []string, get func(r *diskRow) []uint64) 
 			}
 			v := get(r)
 			for j, e := range extra {
-				t.uint(f.name, r.labels, e, v[j])
+				t.uint(f, r.labels, e, v[j])
 			}
 		}
 	}}
 }
 
-func diskHist(d *prometheus.Desc, bounds []float64, each func(t *textWriter, h *histFamily, r *diskRow)) directFamily {
-	h := histFamilyOf(d, bounds)
-	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+func diskHist(d *prometheus.Desc, sh shape, each func(t sink, h *histFamily, r *diskRow)) directFamily {
+	h := histFamilyOf(d, sh)
+	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
 		for i := range s.disks {
 			if r := &s.disks[i]; r.disk {
@@ -356,18 +386,18 @@ func diskHist(d *prometheus.Desc, bounds []float64, each func(t *textWriter, h *
 // (the slots of fspair_disk_request_duration_seconds), host_queue and
 // device from the host side.
 func stages() directFamily {
-	h := histFamilyOf(diskStage, latencyBounds)
-	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+	h := histFamilyOf(diskStage, latencyShape)
+	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
 		for i := range s.disks {
 			r := &s.disks[i]
-			for j, op := range dirExtra {
+			for j := range dirExtra {
 				if r.disk {
-					t.histogram(h, r.labels, stageFile+op, r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
+					t.histogram(h, r.labels, stageFile[j], r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
 				}
 				if r.host {
-					t.histogram(h, r.labels, stageQueue+op, r.h.Queue[j][:], float64(r.h.QueueSumNs[j])/1e9)
-					t.histogram(h, r.labels, stageDevice+op, r.h.Service[j][:], float64(r.h.ServiceSumNs[j])/1e9)
+					t.histogram(h, r.labels, stageQueue[j], r.h.Queue[j][:], float64(r.h.QueueSumNs[j])/1e9)
+					t.histogram(h, r.labels, stageDevice[j], r.h.Service[j][:], float64(r.h.ServiceSumNs[j])/1e9)
 				}
 			}
 		}
@@ -377,12 +407,12 @@ func stages() directFamily {
 // info is fspair_disk_info, for every disk discovered, tracked or not.
 func info() directFamily {
 	f := familyOf(diskInfo, "gauge")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
 			d := r.d
-			t.uint(f.name, r.labels, ","+labelPairs(
+			t.uint(f, r.labels, extra(
 				"format", orUnknown(d.ImageFormat), "guest_fs", orUnknown(d.GuestFS), "guest_fs_source", d.GuestFSSource,
 				"host_fs", orUnknown(hostLabel(d.HostFS.FSType)), "host_mountpoint", hostLabel(d.HostFS.MountPoint),
 				"host_device", hostLabel(d.HostFS.Device), "cache", orUnknown(d.Cache), "aio", orUnknown(d.AIO),
@@ -395,12 +425,12 @@ func info() directFamily {
 // of a disk that the probes do not follow.
 func unfollowedFamily() directFamily {
 	f := familyOf(diskUnfollowed, "gauge")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
 			for _, g := range r.gaps {
-				t.uint(f.name, r.labels, ","+labelPairs("op", g.Op, "path", g.Path, "measure", g.Missing), 1)
+				t.uint(f, r.labels, extra("op", g.Op, "path", g.Path, "measure", g.Missing), 1)
 			}
 		}
 	}}
@@ -411,7 +441,7 @@ func unfollowedFamily() directFamily {
 // collectors sent them.
 func diskGauge(d *prometheus.Desc, host bool, get func(r *diskRow) (int64, bool)) directFamily {
 	f := familyOf(d, "gauge")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -419,7 +449,7 @@ func diskGauge(d *prometheus.Desc, host bool, get func(r *diskRow) (int64, bool)
 				continue
 			}
 			if v, ok := get(r); ok {
-				t.int(f.name, r.labels, "", v)
+				t.int(f, r.labels, lbl{}, v)
 			}
 		}
 	}}
@@ -429,7 +459,7 @@ func diskGauge(d *prometheus.Desc, host bool, get func(r *diskRow) (int64, bool)
 // system as mountinfo names it).
 func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -438,7 +468,7 @@ func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
 			}
 			v := get(r)
 			for j, e := range btrfsExtra {
-				t.uint(f.name, r.labels, e, v[j])
+				t.uint(f, r.labels, e, v[j])
 			}
 		}
 	}}
@@ -447,7 +477,7 @@ func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
 // flushVec is source=call by kind, then source=journal (kind=metadata).
 func flushVec(d *prometheus.Desc, get func(r *diskRow) ([]uint64, uint64)) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -455,24 +485,24 @@ func flushVec(d *prometheus.Desc, get func(r *diskRow) ([]uint64, uint64)) direc
 				continue
 			}
 			call, journal := get(r)
-			for j, k := range kindExtra {
-				t.uint(f.name, r.labels, flushCall+k, call[j])
+			for j := range kindExtra {
+				t.uint(f, r.labels, flushCall[j], call[j])
 			}
-			t.uint(f.name, r.labels, flushJournal, journal)
+			t.uint(f, r.labels, flushJournal, journal)
 		}
 	}}
 }
 
 func deviceKindOp(d *prometheus.Desc, get func(r *deviceRow) *[3][2]uint64) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.devices {
 			r := &s.devices[i]
 			v := get(r)
-			for ki, k := range kindExtra {
-				for oi, op := range dirExtra {
-					t.uint(f.name, r.labels, k+op, v[ki][oi])
+			for ki := range kindExtra {
+				for oi := range dirExtra {
+					t.uint(f, r.labels, kindOp[ki][oi], v[ki][oi])
 				}
 			}
 		}
@@ -481,17 +511,17 @@ func deviceKindOp(d *prometheus.Desc, get func(r *deviceRow) *[3][2]uint64) dire
 
 func deviceScalar(d *prometheus.Desc, typ string, get func(r *deviceRow) uint64) directFamily {
 	f := familyOf(d, typ)
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.devices {
-			t.uint(f.name, s.devices[i].labels, "", get(&s.devices[i]))
+			t.uint(f, s.devices[i].labels, lbl{}, get(&s.devices[i]))
 		}
 	}}
 }
 
 func deviceHist(d *prometheus.Desc, get func(r *deviceRow) (*[2][25]uint64, *[2]uint64)) directFamily {
-	h := histFamilyOf(d, latencyBounds)
-	return directFamily{h.name, func(t *textWriter, s *snapshot) {
+	h := histFamilyOf(d, latencyShape)
+	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
 		for i := range s.devices {
 			r := &s.devices[i]

@@ -236,9 +236,50 @@ func emptySome(rng *rand.Rand, c *bpf.DiskCounters, h *bpf.HostImageDeviceCounte
 	}
 }
 
+// sameFamilies compares two expositions family by family (name, help,
+// type, number of series) and sample by sample (bit for bit); gotName and
+// wantName say where each came from.
+func sameFamilies(t *testing.T, gotName string, gf map[string]*dto.MetricFamily, wantName string, wf map[string]*dto.MetricFamily) {
+	t.Helper()
+	for name, w := range wf {
+		g := gf[name]
+		if g == nil {
+			t.Errorf("family %s: not %s", name, gotName)
+			continue
+		}
+		if g.GetHelp() != w.GetHelp() || g.GetType() != w.GetType() {
+			t.Errorf("family %s: HELP %q TYPE %s %s, HELP %q TYPE %s %s",
+				name, g.GetHelp(), g.GetType(), gotName, w.GetHelp(), w.GetType(), wantName)
+		}
+		if len(g.GetMetric()) != len(w.GetMetric()) {
+			t.Errorf("family %s: %d series %s, %d %s", name, len(g.GetMetric()), gotName, len(w.GetMetric()), wantName)
+		}
+	}
+	for name := range gf {
+		if wf[name] == nil {
+			t.Errorf("family %s %s but not %s", name, gotName, wantName)
+		}
+	}
+	ws, gs := samples(wf), samples(gf)
+	for key, wv := range ws {
+		gv, ok := gs[key]
+		switch {
+		case !ok:
+			t.Errorf("sample %s: not %s", key, gotName)
+		case math.Float64bits(gv) != math.Float64bits(wv):
+			t.Errorf("sample %s = %v %s, %v %s", key, gv, gotName, wv, wantName)
+		}
+	}
+	for key := range gs {
+		if _, ok := ws[key]; !ok {
+			t.Errorf("sample %s %s but not %s", key, gotName, wantName)
+		}
+	}
+}
+
 // withoutEmptyHistograms drops the histograms with no observation from
 // families, and the families left empty: the direct writer leaves them out
-// (textWriter.histogram), the collectors send them.
+// (histFamily.observed), the collectors send them.
 func withoutEmptyHistograms(mfs []*dto.MetricFamily) []*dto.MetricFamily {
 	var out []*dto.MetricFamily
 	for _, mf := range mfs {
@@ -432,41 +473,7 @@ func TestDirectMatchesCollectors(t *testing.T) {
 			checkStructure(t, got)
 			lint(t, got)
 
-			wf, gf := parseText(t, want), parseText(t, got)
-			for name, w := range wf {
-				g := gf[name]
-				if g == nil {
-					t.Errorf("family %s missing from the direct output", name)
-					continue
-				}
-				if g.GetHelp() != w.GetHelp() || g.GetType() != w.GetType() {
-					t.Errorf("family %s: direct HELP %q TYPE %s, collectors HELP %q TYPE %s",
-						name, g.GetHelp(), g.GetType(), w.GetHelp(), w.GetType())
-				}
-				if len(g.GetMetric()) != len(w.GetMetric()) {
-					t.Errorf("family %s: %d series written directly, %d by the collectors", name, len(g.GetMetric()), len(w.GetMetric()))
-				}
-			}
-			for name := range gf {
-				if wf[name] == nil {
-					t.Errorf("family %s written directly but not by the collectors", name)
-				}
-			}
-			ws, gs := samples(wf), samples(gf)
-			for key, wv := range ws {
-				gv, ok := gs[key]
-				switch {
-				case !ok:
-					t.Errorf("sample %s missing from the direct output", key)
-				case math.Float64bits(gv) != math.Float64bits(wv):
-					t.Errorf("sample %s = %v written directly, %v by the collectors", key, gv, wv)
-				}
-			}
-			for key := range gs {
-				if _, ok := ws[key]; !ok {
-					t.Errorf("sample %s written directly but not by the collectors", key)
-				}
-			}
+			sameFamilies(t, "written directly", parseText(t, got), "by the collectors", parseText(t, want))
 			if g, w := sampleLines(got), sampleLines(want); g != w {
 				t.Errorf("%d sample lines written directly, %d by the collectors", g, w)
 			}
@@ -560,7 +567,7 @@ func TestLeLikeClientGolang(t *testing.T) {
 				want = append(want, `,le="`+line[i+4:strings.Index(line[i+4:], `"`)+i+4]+`"} `)
 			}
 		}
-		if got := newHistFamily("h", "h", bounds).le; !reflect.DeepEqual(got, want) {
+		if got := newHistFamily("h", "h", bounds, nil).le; !reflect.DeepEqual(got, want) {
 			t.Errorf("le labels\n got %q\nwant %q", got, want)
 		}
 	}
@@ -803,6 +810,25 @@ func BenchmarkScrape(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(series), "ns/series")
 		})
+		// The protobuf renderer over the same snapshot, per mode; its
+		// ns/series is per series of the text (a native histogram is
+		// one series where the text writes 27).
+		for _, mode := range []Histograms{HistogramsNative, HistogramsBoth} {
+			b.Run(fmt.Sprintf("path=direct-proto-%s/disks=%d", mode, n), func(b *testing.B) {
+				b.ReportAllocs()
+				var s snapshot
+				cw := &countingWriter{}
+				for b.Loop() {
+					cw.n = 0
+					w := newProtoWriter(cw, mode)
+					s.read(inv, k, k)
+					writeDirect(w, &s)
+					w.flush()
+				}
+				b.ReportMetric(float64(cw.n), "bytes")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(series), "ns/series")
+			})
+		}
 		// Compressed as the handler compresses (its gzip, level 1), and
 		// with the standard library's at levels 1 and 6 (6 is what the
 		// exporter used before).

@@ -71,12 +71,12 @@ func guestFamilies() []directFamily {
 
 func guestInfoFamily() directFamily {
 	f := familyOf(guestInfo, "gauge")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
 			if r.hasGuest {
-				t.uint(f.name, r.labels, ","+labelPairs("source", r.guest.Source, "status", r.guest.Status), 1)
+				t.uint(f, r.labels, extra("source", r.guest.Source, "status", r.guest.Status), 1)
 			}
 		}
 	}}
@@ -95,7 +95,7 @@ func guestReading(r *diskRow) *guest.Reading {
 // floats, as client_golang writes them.
 func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[guest.NumOps]guest.Counter) directFamily {
 	f := familyOf(d, "counter")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
@@ -107,9 +107,9 @@ func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[gu
 				switch {
 				case !c.OK:
 				case divisor == 1:
-					t.uint(f.name, r.labels, guestOpExtra[op], c.V)
+					t.uint(f, r.labels, guestOpExtra[op], c.V)
 				default:
-					t.float(f.name, r.labels, guestOpExtra[op], float64(c.V)/divisor)
+					t.float(f, r.labels, guestOpExtra[op], float64(c.V)/divisor)
 				}
 			}
 		}
@@ -118,12 +118,12 @@ func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[gu
 
 func guestReadTimeFamily() directFamily {
 	f := familyOf(guestReadTime, "gauge")
-	return directFamily{f.name, func(t *textWriter, s *snapshot) {
+	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
 			if g := guestReading(r); g != nil {
-				t.float(f.name, r.labels, "", float64(g.At.UnixMilli())/1e3)
+				t.float(f, r.labels, lbl{}, float64(g.At.UnixMilli())/1e3)
 			}
 		}
 	}}

@@ -54,15 +54,20 @@ type HandlerOpts struct {
 	// Guest, if set, gives each disk's guest side (the fspair_disk_guest_*
 	// families), as the background poller last read it.
 	Guest GuestSource
+	// Histograms is what the protobuf scrapes get of each histogram
+	// (proto.go); text scrapes get classic histograms whatever it says.
+	Histograms Histograms
 }
 
 // Handler serves the exposition: the registry's families (the exporter's
 // own metrics, the Go runtime, the process), then the per-disk and
 // per-host-device families written straight from the kernel counters
-// (exposition.go). The response is the text format 0.0.4 whatever the
-// scraper prefers: the protocol lets it name preferences, and every
-// Prometheus reads text. Scrapes that arrive while another's collection
-// (counters read, registry gathered) is under way share it (collection).
+// (exposition.go). The response is protobuf (delimited MetricFamily
+// messages) when the scraper's Accept header prefers it, the text format
+// 0.0.4 otherwise (OpenMetrics is not offered: Prometheus falls back to
+// text). Scrapes that arrive while another's collection (counters read,
+// registry gathered) is under way share it (collection), whichever format
+// each wants: a format is a renderer over the one snapshot.
 type Handler struct {
 	gatherer prometheus.Gatherer
 	inv      HostLister
@@ -82,10 +87,10 @@ type Handler struct {
 	// collectHook, if set, runs at the start of each collection (tests).
 	collectHook func()
 
-	snapshots sync.Pool    // *snapshot, so that the rows are not allocated again each collection
-	gzips     sync.Pool    // *gzip.Writer
-	bodies    sync.Pool    // *bytes.Buffer, compressed responses
-	gzipSize  atomic.Int64 // length of the last compressed response held
+	snapshots sync.Pool                // *snapshot, so that the rows are not allocated again each collection
+	gzips     sync.Pool                // *gzip.Writer
+	bodies    sync.Pool                // *bytes.Buffer, compressed responses
+	gzipSize  [numFormats]atomic.Int64 // length of the last compressed response held, by format
 }
 
 // NewHandler returns the metrics handler over the registry g and the disks
@@ -96,6 +101,9 @@ func NewHandler(g prometheus.Gatherer, inv HostLister, counters CounterReader, h
 	}
 	if opts.Reuse < 0 {
 		return nil, fmt.Errorf("collection reuse %s: want 0 or more", opts.Reuse)
+	}
+	if opts.Histograms < HistogramsClassic || opts.Histograms > HistogramsBoth {
+		return nil, fmt.Errorf("histograms %s: want classic, native or both", opts.Histograms)
 	}
 	h := &Handler{gatherer: g, inv: inv, counters: counters, host: host, opts: opts, logger: opts.Logger}
 	if h.logger == nil {
@@ -156,7 +164,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	gz := h.opts.GzipLevel != gzip.NoCompression && acceptsGzip(r.Header.Get("Accept-Encoding"))
-	c, reused := h.collection(gz)
+	f := negotiate(r.Header)
+	c, reused := h.collection(f, gz)
 	defer h.release(c)
 	if c.err != nil {
 		h.errs.WithLabelValues("gathering").Inc()
@@ -164,24 +173,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	w.Header().Set("Content-Type", string(textFormat))
+	w.Header().Set("Content-Type", string(formats[f]))
 	var err error
 	switch {
 	case !gz:
-		t := newTextWriter(w)
-		c.render(t)
-		t.flush()
-		err = t.err
-	case !reused && c.loneGzip:
+		err = c.render(w, f, h.opts.Histograms)
+	case !reused && c.loneGzip[f]:
 		// The only scrape of its collection that wants it compressed
-		// (a Prometheus on its own): compressed into the connection
-		// as it is written, with no body held in memory. Scrapes that
-		// reuse the collection later share one compressed body.
+		// in this format (a Prometheus on its own): compressed into
+		// the connection as it is written, with no body held in
+		// memory. Scrapes that reuse the collection later share one
+		// compressed body.
 		w.Header().Set("Content-Encoding", "gzip")
-		err = h.writeGzip(w, c)
+		err = h.writeGzip(w, c, f)
 	default:
 		var body []byte
-		body, err = c.gzipped(h)
+		body, err = c.gzipped(h, f)
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		if _, werr := w.Write(body); err == nil {
@@ -208,8 +215,32 @@ func clientGone(r *http.Request, err error) bool {
 	return r.Context().Err() != nil || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
-// textFormat is the one format served.
-var textFormat = expfmt.NewFormat(expfmt.TypeTextPlain)
+// format is a format served: the index of its Content-Type in formats.
+type format int
+
+const (
+	fmtText format = iota
+	fmtProto
+	numFormats
+)
+
+// formats are the Content-Types served, with no escaping parameter: every
+// name is a legacy Prometheus name, the same escaped or not.
+var formats = [numFormats]expfmt.Format{
+	fmtText:  expfmt.NewFormat(expfmt.TypeTextPlain),
+	fmtProto: expfmt.NewFormat(expfmt.TypeProtoDelim),
+}
+
+// negotiate picks the format by the Accept header, as client_golang's
+// promhttp does (expfmt.Negotiate, by quality): protobuf when the scraper
+// ranks delimited MetricFamily messages first among what it names (and
+// what is served), the text format otherwise.
+func negotiate(h http.Header) format {
+	if expfmt.Negotiate(h).FormatType() == expfmt.TypeProtoDelim {
+		return fmtProto
+	}
+	return fmtText
+}
 
 // errCollectionAborted is what the scrapes sharing a collection get when
 // it ended without a result (it panicked).
@@ -241,25 +272,27 @@ type collection struct {
 	err  error // the gathering failed: every scrape answers 500
 	// Scrapes served from it (and the handler, while it may be reused),
 	// and how many of those that shared it while it was under way accept
-	// gzip: both under Handler.mu. loneGzip, set when done is closed, says
-	// that exactly one of those did.
-	refs, gzipScrapes int
-	loneGzip          bool
+	// gzip, by format: both under Handler.mu. loneGzip, set when done is
+	// closed, says that exactly one of those did in the format.
+	refs        int
+	gzipScrapes [numFormats]int
+	loneGzip    [numFormats]bool
 
 	// The compressed response, when several scrapes want it: made by the
 	// first of them and sent as it is to the others (compressing costs
 	// as much as writing the text: BenchmarkScrape). A scrape alone in
 	// wanting gzip compresses straight into its connection instead: a
 	// body held whole is about 6 MB at a thousand disks.
-	gzOnce sync.Once
-	gz     *bytes.Buffer
-	gzErr  error
+	// One for each format.
+	gzOnce [numFormats]sync.Once
+	gz     [numFormats]*bytes.Buffer
+	gzErr  [numFormats]error
 }
 
 // collection returns the collection under way, waiting for its end, or
 // the last finished one while it may be reused (reused true), or runs a
-// new one; gz says whether the scrape accepts gzip.
-func (h *Handler) collection(gz bool) (c *collection, reused bool) {
+// new one; f and gz are the scrape's format and whether it accepts gzip.
+func (h *Handler) collection(f format, gz bool) (c *collection, reused bool) {
 	h.mu.Lock()
 	c = h.cur
 	if c == nil && h.last != nil && time.Since(h.lastEnd) < h.opts.Reuse {
@@ -274,7 +307,7 @@ func (h *Handler) collection(gz bool) (c *collection, reused bool) {
 	}
 	c.refs++
 	if gz {
-		c.gzipScrapes++
+		c.gzipScrapes[f]++
 	}
 	if c.refs > 1 {
 		h.mu.Unlock()
@@ -289,7 +322,9 @@ func (h *Handler) collection(gz bool) (c *collection, reused bool) {
 		var old *collection
 		h.mu.Lock()
 		h.cur = nil
-		c.loneGzip = c.gzipScrapes == 1
+		for i, n := range c.gzipScrapes {
+			c.loneGzip[i] = n == 1
+		}
 		if h.opts.Reuse > 0 && c.err == nil {
 			old = h.last
 			h.last, h.lastEnd = c, time.Now()
@@ -352,30 +387,49 @@ func (h *Handler) release(c *collection) {
 	if c.s != nil {
 		h.snapshots.Put(c.s)
 	}
-	if c.gz != nil {
-		h.bodies.Put(c.gz)
+	for _, b := range c.gz {
+		if b != nil {
+			h.bodies.Put(b)
+		}
 	}
 }
 
-// render writes the exposition of c: the registry's families, then the
-// direct ones. Several scrapes may render one collection at once: rendering
-// only reads it.
-func (c *collection) render(t *textWriter) {
-	enc := expfmt.NewEncoder(t, textFormat)
+// render writes the exposition of c to w in format f: the registry's
+// families, then the direct ones, each format through its writer over the
+// same walk (sink). Several scrapes may render one collection at once:
+// rendering only reads it.
+func (c *collection) render(w io.Writer, f format, mode Histograms) error {
+	var t interface {
+		io.Writer // the registry's families, encoded by expfmt
+		sink
+		finish() error
+	}
+	if f == fmtProto {
+		t = newProtoWriter(w, mode)
+	} else {
+		t = newTextWriter(w)
+	}
+	var err error
+	enc := expfmt.NewEncoder(t, formats[f])
 	for _, mf := range c.mfs {
-		if err := enc.Encode(mf); err != nil && t.err == nil {
-			t.err = err
+		if e := enc.Encode(mf); e != nil && err == nil {
+			err = e
 		}
 	}
 	writeDirect(t, c.s)
+	if e := t.finish(); err == nil {
+		err = e
+	}
+	return err
 }
 
-// gzipped returns the compressed exposition of c, compressing it on the
-// first call; err is an error of the rendering, which every scrape served
-// this body reports as its own, as it would had it rendered it.
-func (c *collection) gzipped(h *Handler) ([]byte, error) {
-	c.gzOnce.Do(func() {
-		c.gzErr = errCollectionAborted
+// gzipped returns the compressed exposition of c in format f, compressing
+// it on the first call; err is an error of the rendering, which every
+// scrape served this body reports as its own, as it would had it rendered
+// it.
+func (c *collection) gzipped(h *Handler, f format) ([]byte, error) {
+	c.gzOnce[f].Do(func() {
+		c.gzErr[f] = errCollectionAborted
 		buf, _ := h.bodies.Get().(*bytes.Buffer)
 		if buf == nil {
 			buf = &bytes.Buffer{}
@@ -383,28 +437,26 @@ func (c *collection) gzipped(h *Handler) ([]byte, error) {
 		buf.Reset()
 		// Sized for the last body, so that it is not grown (and
 		// copied) a dozen times from empty.
-		buf.Grow(int(h.gzipSize.Load()) * 9 / 8)
-		err := h.writeGzip(buf, c)
-		h.gzipSize.Store(int64(buf.Len()))
-		c.gz, c.gzErr = buf, err
+		buf.Grow(int(h.gzipSize[f].Load()) * 9 / 8)
+		err := h.writeGzip(buf, c, f)
+		h.gzipSize[f].Store(int64(buf.Len()))
+		c.gz[f], c.gzErr[f] = buf, err
 	})
-	if c.gz == nil {
-		return nil, c.gzErr
+	if c.gz[f] == nil {
+		return nil, c.gzErr[f]
 	}
-	return c.gz.Bytes(), c.gzErr
+	return c.gz[f].Bytes(), c.gzErr[f]
 }
 
-// writeGzip writes the compressed exposition of c to w.
-func (h *Handler) writeGzip(w io.Writer, c *collection) error {
+// writeGzip writes the compressed exposition of c in format f to w.
+func (h *Handler) writeGzip(w io.Writer, c *collection, f format) error {
 	gz := h.gzipWriter(w)
 	defer h.gzips.Put(gz)
-	t := newTextWriter(gz)
-	c.render(t)
-	t.flush()
-	if err := gz.Close(); err != nil && t.err == nil {
-		t.err = err
+	err := c.render(gz, f, h.opts.Histograms)
+	if cerr := gz.Close(); cerr != nil && err == nil {
+		err = cerr
 	}
-	return t.err
+	return err
 }
 
 func (h *Handler) gzipWriter(w io.Writer) *gzip.Writer {

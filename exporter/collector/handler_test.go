@@ -65,17 +65,24 @@ func (gh *gatedHandler) waiting() int {
 
 // scrapeResult is one answered scrape.
 type scrapeResult struct {
-	code     int
-	encoding string
-	raw      []byte // the body as sent
-	text     string // inflated if it was gzip
-	err      error
+	code        int
+	encoding    string
+	contentType string
+	raw         []byte // the body as sent
+	text        string // inflated if it was gzip
+	err         error
 }
 
 // fetch scrapes url from any goroutine (it reports errors instead of
 // failing the test).
-func fetch(url string, gz bool) scrapeResult {
+func fetch(url string, gz bool) scrapeResult { return fetchAs(url, gz, "") }
+
+// fetchAs is fetch with an Accept header (none if "").
+func fetchAs(url string, gz bool, accept string) scrapeResult {
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	if gz {
 		req.Header.Set("Accept-Encoding", "gzip")
 	}
@@ -84,7 +91,7 @@ func fetch(url string, gz bool) scrapeResult {
 		return scrapeResult{err: err}
 	}
 	defer resp.Body.Close()
-	r := scrapeResult{code: resp.StatusCode, encoding: resp.Header.Get("Content-Encoding")}
+	r := scrapeResult{code: resp.StatusCode, encoding: resp.Header.Get("Content-Encoding"), contentType: resp.Header.Get("Content-Type")}
 	if r.raw, r.err = io.ReadAll(resp.Body); r.err != nil {
 		return r
 	}
@@ -110,11 +117,17 @@ func fetch(url string, gz bool) scrapeResult {
 // even indexes ask for gzip, odd ones do not.
 func (gh *gatedHandler) burst(t *testing.T, n int) []scrapeResult {
 	t.Helper()
+	return gh.burstWith(t, n, func(i int) scrapeResult { return fetch(gh.srv.URL, i%2 == 0) })
+}
+
+// burstWith is burst with scrape i made by get(i).
+func (gh *gatedHandler) burstWith(t *testing.T, n int, get func(i int) scrapeResult) []scrapeResult {
+	t.Helper()
 	out := make([]scrapeResult, n)
 	var wg sync.WaitGroup
 	scrape := func(i int) {
 		wg.Add(1)
-		go func() { defer wg.Done(); out[i] = fetch(gh.srv.URL, i%2 == 0) }()
+		go func() { defer wg.Done(); out[i] = get(i) }()
 	}
 	scrape(0)
 	select {
@@ -191,8 +204,8 @@ func TestHandlerSharesCollection(t *testing.T) {
 	if gh.waiting() != 0 {
 		t.Errorf("a collection is still published after all its scrapes answered")
 	}
-	if gh.h.gzipSize.Load() != int64(len(res[0].raw)) {
-		t.Errorf("held compressed body of %d bytes, sent %d", gh.h.gzipSize.Load(), len(res[0].raw))
+	if gh.h.gzipSize[fmtText].Load() != int64(len(res[0].raw)) {
+		t.Errorf("held compressed body of %d bytes, sent %d", gh.h.gzipSize[fmtText].Load(), len(res[0].raw))
 	}
 }
 
@@ -283,7 +296,7 @@ func TestHandlerFreshCollection(t *testing.T) {
 	}
 	// Alone on their collections, the gzip scrapes compressed into their
 	// connections: no body was held.
-	if n := gh.h.gzipSize.Load(); n != 0 {
+	if n := gh.h.gzipSize[fmtText].Load(); n != 0 {
 		t.Errorf("a lone gzip scrape held a compressed body (%d bytes)", n)
 	}
 }

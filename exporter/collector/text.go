@@ -62,6 +62,12 @@ func (t *textWriter) flush() {
 	t.buf = t.buf[:0]
 }
 
+// finish writes what the buffer holds and returns the first error.
+func (t *textWriter) finish() error {
+	t.flush()
+	return t.err
+}
+
 // family starts a family; its header goes out with its first sample.
 func (t *textWriter) family(f *family) {
 	t.pending = f.header
@@ -74,25 +80,25 @@ func (t *textWriter) head() {
 	}
 }
 
-// uint writes name{labels extra} v. labels is a disk's or device's escaped
-// label set (never empty), extra "" or ",name=\"value\"" pairs.
-func (t *textWriter) uint(name, labels, extra string, v uint64) {
-	t.sample(name, labels, extra)
+// uint writes name{labels extra} v. labels is a disk's or device's label
+// set (never empty), extra none or more pairs to follow it.
+func (t *textWriter) uint(f *family, labels, extra lbl, v uint64) {
+	t.sample(f.name, labels.text, extra.text)
 	t.buf = strconv.AppendUint(t.buf, v, 10)
 	t.endSample()
 }
 
 // int is uint for signed values.
-func (t *textWriter) int(name, labels, extra string, v int64) {
-	t.sample(name, labels, extra)
+func (t *textWriter) int(f *family, labels, extra lbl, v int64) {
+	t.sample(f.name, labels.text, extra.text)
 	t.buf = strconv.AppendInt(t.buf, v, 10)
 	t.endSample()
 }
 
 // float is uint for floating-point values, spelt as client_golang spells
 // them.
-func (t *textWriter) float(name, labels, extra string, v float64) {
-	t.sample(name, labels, extra)
+func (t *textWriter) float(f *family, labels, extra lbl, v float64) {
+	t.sample(f.name, labels.text, extra.text)
 	t.buf = appendFloat(t.buf, v)
 	t.endSample()
 }
@@ -116,33 +122,15 @@ func (t *textWriter) endSample() {
 // histogram writes the _bucket, _sum and _count series of one histogram
 // from per-slot counts whose last slot is +Inf: buckets are cumulative.
 // Integer counts are written as integers; a parser reads them into the same
-// float64 as client_golang's exponent form.
-//
-// A histogram with no observation yet is left out, and appears with its
-// first: most disks never see some operations (discard, write_zeroes,
-// allocate; flush under cache=unsafe), and their histograms would be 27
-// series of zeros each. The rules and dashboards read histograms through
-// rate() guarded by "> 0", for which a missing series and a series
-// standing at zero are the same. What is lost: rate() and increase() miss
-// the observations made in the scrape interval in which a histogram
-// first appears (once per disk, operation and histogram); the
-// fspair_disk_requests_total counters, always written, count them.
-func (t *textWriter) histogram(h *histFamily, labels, extra string, slots []uint64, sum float64) {
-	if len(slots) != len(h.le) {
-		// The bounds follow the BPF slot arrays (TestSeekBoundsMatchSlots);
-		// a mismatch is a bug, reported rather than written wrong.
-		if t.err == nil {
-			t.err = fmt.Errorf("histogram %s: %d slots for %d buckets", h.name, len(slots), len(h.le))
-		}
+// float64 as client_golang's exponent form. A histogram with no
+// observation is left out (histFamily.observed). The text format has no
+// native histograms: a text scrape gets classic ones in every
+// --histograms mode.
+func (t *textWriter) histogram(h *histFamily, l, e lbl, slots []uint64, sum float64) {
+	if !h.observed(slots, &t.err) {
 		return
 	}
-	var count uint64
-	for _, n := range slots {
-		count += n
-	}
-	if count == 0 {
-		return
-	}
+	labels, extra := l.text, e.text
 	t.head()
 	var cum uint64
 	for i, le := range h.le {
@@ -169,32 +157,67 @@ func (t *textWriter) histogram(h *histFamily, labels, extra string, slots []uint
 	t.maybeFlush()
 }
 
-// family is a metric family's name and header.
+// family is a metric family's name and header, in both formats.
 type family struct {
 	name   string
+	gauge  bool   // else a counter or a histogram
 	header string // "# HELP ...\n# TYPE ...\n"
+	pb     []byte // MetricFamily's name, help and type fields (proto.go)
 }
 
 func newFamily(name, help, typ string) *family {
-	return &family{name: name, header: "# HELP " + name + " " + helpEscaper.Replace(help) + "\n# TYPE " + name + " " + typ + "\n"}
+	return &family{name: name, gauge: typ == "gauge", pb: pbFamilyHeader(name, help, typ),
+		header: "# HELP " + name + " " + helpEscaper.Replace(help) + "\n# TYPE " + name + " " + typ + "\n"}
 }
 
 // histFamily is a histogram family with its series names and the le label
-// of each bucket written out once.
+// of each bucket written out once, and where each slot goes in a native
+// histogram.
 type histFamily struct {
 	family
 	bucket, sum, count string
 	// le[i] is ",le=\"<bound>\"} ", the last one +Inf.
-	le []string
+	le     []string
+	bounds []float64 // the finite upper bounds
+	native *nativeLayout
 }
 
-func newHistFamily(name, help string, bounds []float64) *histFamily {
+func newHistFamily(name, help string, bounds []float64, native *nativeLayout) *histFamily {
 	h := &histFamily{family: *newFamily(name, help, "histogram"),
-		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{"}
+		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{", bounds: bounds, native: native}
 	for _, b := range append(append([]float64{}, bounds...), math.Inf(+1)) {
 		h.le = append(h.le, `,le="`+formatFloat(b)+`"} `)
 	}
 	return h
+}
+
+// observed says whether a histogram's slots have any observation, and
+// reports in *err (if still nil) slots that do not fit the family.
+//
+// A histogram with no observation yet is left out, in every format, and
+// appears with its first: most disks never see some operations (discard,
+// write_zeroes, allocate; flush under cache=unsafe), and their histograms
+// would be 27 series of zeros each. The rules and dashboards read
+// histograms through rate() guarded by "> 0", for which a missing series
+// and a series standing at zero are the same. What is lost: rate() and
+// increase() miss the observations made in the scrape interval in which a
+// histogram first appears (once per disk, operation and histogram); the
+// fspair_disk_requests_total counters, always written, count them.
+func (h *histFamily) observed(slots []uint64, err *error) bool {
+	if len(slots) != len(h.le) {
+		// The bounds follow the BPF slot arrays (TestSeekBoundsMatchSlots);
+		// a mismatch is a bug, reported rather than written wrong.
+		if *err == nil {
+			*err = fmt.Errorf("histogram %s: %d slots for %d buckets", h.name, len(slots), len(h.le))
+		}
+		return false
+	}
+	for _, n := range slots {
+		if n != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // formatFloat formats a float as client_golang's text encoder does: the
@@ -223,6 +246,39 @@ var (
 	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 )
 
+// validLabel replaces the bytes of v that are not UTF-8.
+func validLabel(v string) string {
+	if !utf8.ValidString(v) {
+		return strings.ToValidUTF8(v, "\uFFFD")
+	}
+	return v
+}
+
+// lbl is a run of label pairs in both formats: the text format's
+// name="value" pairs, escaped (starting with a comma when it follows
+// another run), and protobuf's Metric.label fields. Built once per disk,
+// device or label value, so that neither writer escapes or encodes a
+// label per series.
+type lbl struct {
+	text string
+	pb   string
+}
+
+// and is a followed by b.
+func (a lbl) and(b lbl) lbl { return lbl{a.text + b.text, a.pb + b.pb} }
+
+// pairs is the run of the name, value pairs in nv (see labelPairs).
+func pairs(nv ...string) lbl {
+	return lbl{text: labelPairs(nv...), pb: pbLabelPairs(nv...)}
+}
+
+// extra is pairs to follow another run.
+func extra(nv ...string) lbl {
+	l := pairs(nv...)
+	l.text = "," + l.text
+	return l
+}
+
 // labelPairs renders name="value" pairs, comma-separated, values escaped;
 // names and values alternate in nv. Discovery and hostLabel make every
 // value valid UTF-8 already; a value that is not anyway has its bad bytes
@@ -235,21 +291,17 @@ func labelPairs(nv ...string) string {
 		}
 		b.WriteString(nv[i])
 		b.WriteString(`="`)
-		v := nv[i+1]
-		if !utf8.ValidString(v) {
-			v = strings.ToValidUTF8(v, "\uFFFD")
-		}
-		labelEscaper.WriteString(&b, v)
+		labelEscaper.WriteString(&b, validLabel(nv[i+1]))
 		b.WriteByte('"')
 	}
 	return b.String()
 }
 
-// extraLabels renders ",name=\"value\"" for each value, to follow a label set.
-func extraLabels(name string, values []string) []string {
-	out := make([]string, len(values))
+// extraLabels is name="value" for each value, to follow a label set.
+func extraLabels(name string, values []string) []lbl {
+	out := make([]lbl, len(values))
 	for i, v := range values {
-		out[i] = "," + labelPairs(name, v)
+		out[i] = extra(name, v)
 	}
 	return out
 }

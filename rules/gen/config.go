@@ -200,6 +200,11 @@ func (t *Thresholds) validate() error {
 type KB struct {
 	Sources   map[string]string `yaml:"sources"`
 	Workloads []KBWorkload      `yaml:"workloads"`
+
+	// Ignored lists the site entries merge left out (not_distinguishable,
+	// or a confidence below MinSiteConfidence), "workload pair: why", for
+	// the generated file's comment.
+	Ignored []string `yaml:"-"`
 }
 
 // KBWorkload is what the knowledge base says about one workload.
@@ -220,7 +225,8 @@ type FSVerdict struct {
 }
 
 // Verdict is one pair's verdict for a workload. Site verdicts also carry
-// Workload, Date and Measured.
+// Workload, Date and Measured, and those the pair lab wrote (tests/kdb)
+// Confidence and Conditions.
 type Verdict struct {
 	Workload string             `yaml:"workload"`
 	Pair     string             `yaml:"pair"`
@@ -229,6 +235,14 @@ type Verdict struct {
 	Note     string             `yaml:"note"`
 	Date     string             `yaml:"date"`
 	Measured map[string]float64 `yaml:"measured"`
+	// Confidence is how sure the measurement is of the verdict, 0 to 1
+	// (the pair lab's bootstrap confidence, tests/kdb/verdict.go). A
+	// verdict below MinSiteConfidence is ignored; an entry without one is
+	// a verdict the site asserts by hand and is taken as it stands.
+	Confidence *float64 `yaml:"confidence"`
+	// Conditions are the measurement conditions the verdict holds under
+	// (image format, cache mode, host device): shown in the rule's comment.
+	Conditions string `yaml:"conditions"`
 
 	// Filled in by the loader.
 	GuestFS, HostFS, Source string `yaml:"-"`
@@ -236,6 +250,17 @@ type Verdict struct {
 
 // SiteSource is the source label of a site's own verdicts.
 const SiteSource = "site"
+
+// MinSiteConfidence is the confidence a measured site verdict needs for the
+// rules to act on it (issue 20: a verdict that depends on when a cell ran is
+// worse than none, because the rules and alerts act on it). It is the pair
+// lab's default level (tests/kdb -confidence): a lab run at a lower level,
+// to explore, writes verdicts the rules ignore.
+const MinSiteConfidence = 0.95
+
+// NotDistinguishable is the site verdict for a pair the site measured but
+// could not call best or worst; the published verdict stays in effect.
+const NotDistinguishable = "not_distinguishable"
 
 var (
 	fsName     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
@@ -251,7 +276,7 @@ func (v *Verdict) parsePair() error {
 	}
 	v.GuestFS, v.HostFS = g, h
 	if !verdicts[v.Verdict] {
-		return fmt.Errorf("pair %s: verdict %q: want best, worst or contested", v.Pair, v.Verdict)
+		return fmt.Errorf("pair %s: verdict %q: want best, worst or contested (a site file may also say %s)", v.Pair, v.Verdict, NotDistinguishable)
 	}
 	return nil
 }
@@ -325,7 +350,13 @@ func (kb *KB) merge(site []Verdict) error {
 		if w == nil {
 			return fmt.Errorf("workload %q: want one of %v", s.Workload, workloadNames)
 		}
-		if err := s.parsePair(); err != nil {
+		verdict := s.Verdict
+		if verdict == NotDistinguishable {
+			s.Verdict = "best" // only to check the pair's spelling
+		}
+		err := s.parsePair()
+		s.Verdict = verdict
+		if err != nil {
 			return fmt.Errorf("workload %s: %w", s.Workload, err)
 		}
 		if !isoDate.MatchString(s.Date) {
@@ -341,6 +372,17 @@ func (kb *KB) merge(site []Verdict) error {
 			return fmt.Errorf("workload %s: pair %s listed twice", s.Workload, s.Pair)
 		}
 		seen[key] = true
+		if c := s.Confidence; c != nil && !(*c >= 0 && *c <= 1) {
+			return fmt.Errorf("workload %s pair %s: confidence %v: want 0 to 1", s.Workload, s.Pair, *c)
+		}
+		switch {
+		case s.Verdict == NotDistinguishable:
+			kb.Ignored = append(kb.Ignored, key+": not distinguishable")
+			continue
+		case s.Confidence != nil && *s.Confidence < MinSiteConfidence:
+			kb.Ignored = append(kb.Ignored, fmt.Sprintf("%s: %s at confidence %v, below %v", key, s.Verdict, *s.Confidence, MinSiteConfidence))
+			continue
+		}
 		s.Source = SiteSource
 		replaced := false
 		for i := range w.Pairs {

@@ -30,9 +30,16 @@ func kdbFile(p *Params) File {
 			if v.Date != "" {
 				labels = append(labels, [2]string{"date", v.Date})
 			}
+			comment := oneLine(v.Note)
+			if v.Confidence != nil {
+				comment = strings.TrimSpace(fmt.Sprintf("%s (confidence %v)", comment, *v.Confidence))
+			}
+			if v.Conditions != "" {
+				comment = strings.TrimSpace(fmt.Sprintf("%s; conditions: %s", comment, oneLine(v.Conditions)))
+			}
 			rules = append(rules, Rule{
 				Record: "fspair_kdb_pair_verdict", Expr: "vector(1)", Labels: labels,
-				Comment: oneLine(v.Note),
+				Comment: comment,
 			})
 			for _, fig := range sortedKeys(v.Measured) {
 				rules = append(rules, Rule{
@@ -64,17 +71,25 @@ func kdbFile(p *Params) File {
 			}
 		}
 	}
+	comment := "The knowledge base as series (rules/kdb/pairs.yaml, merged with the site's rules/kdb/site.yaml):\n" +
+		"fspair_kdb_pair_verdict{workload, guest_fs, host_fs, verdict, standout, source, better_pairs} 1,\n" +
+		"fspair_kdb_workload_info{workload, source, best_pairs, advice} 1,\n" +
+		"fspair_kdb_fs_verdict{workload, layer, fs, verdict, source} 1,\n" +
+		"fspair_kdb_site_measurement{workload, guest_fs, host_fs, figure, date} = the measured figure."
+	if len(p.KB.Ignored) > 0 {
+		// Said where a reader of the rules looks for why a site verdict
+		// is missing; absent for a site file with none, so the committed
+		// rules do not change.
+		comment += fmt.Sprintf("\nSite entries left out (the published verdict stays; a measured verdict needs confidence %v): %s.",
+			MinSiteConfidence, strings.Join(p.KB.Ignored, "; "))
+	}
 	return File{
 		Name:   "fspair-kdb.rules.yml",
 		Header: header(p),
 		Groups: []Group{{
-			Name: "fspair.kdb",
-			Comment: "The knowledge base as series (rules/kdb/pairs.yaml, merged with the site's rules/kdb/site.yaml):\n" +
-				"fspair_kdb_pair_verdict{workload, guest_fs, host_fs, verdict, standout, source, better_pairs} 1,\n" +
-				"fspair_kdb_workload_info{workload, source, best_pairs, advice} 1,\n" +
-				"fspair_kdb_fs_verdict{workload, layer, fs, verdict, source} 1,\n" +
-				"fspair_kdb_site_measurement{workload, guest_fs, host_fs, figure, date} = the measured figure.",
-			Rules: rules,
+			Name:    "fspair.kdb",
+			Comment: comment,
+			Rules:   rules,
 		}},
 	}
 }

@@ -64,7 +64,7 @@ func Heatmap(w workload.Workload, ranked []Ranked, pub *Published, subtitle stri
 	lo, hi := 0.0, 0.0
 	for i, r := range ranked {
 		byPair[r.Pair] = r
-		m := r.Throughput.Median
+		m := r.Estimate
 		if i == 0 || m < lo {
 			lo = m
 		}
@@ -93,14 +93,14 @@ func Heatmap(w workload.Workload, ranked []Ranked, pub *Published, subtitle stri
 			if ok {
 				t := 1.0
 				if hi > lo {
-					t = (r.Throughput.Median - lo) / (hi - lo)
+					t = (r.Estimate - lo) / (hi - lo)
 				}
 				bg = shade(t)
 				if t > heatDarkInk {
 					ink = heatPaper
 				}
 				lines = append(lines,
-					mbps(r.Throughput.Median)+" MB/S",
+					mbps(r.Estimate)+" MB/S",
 					fmt.Sprintf("RANK %d/%d", r.Rank, r.Of),
 					"SITE "+verdictLabel(r.Verdict, r.Standout, "-"))
 			} else {
@@ -150,6 +150,9 @@ func mbps(v float64) string {
 func verdictLabel(v string, standout bool, none string) string {
 	if v == "" {
 		return none
+	}
+	if v == VerdictNotDistinguishable {
+		return "N/D"
 	}
 	s := strings.ToUpper(v)
 	if standout {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -76,7 +78,32 @@ func synthCell(pair string, w workload.Workload, bws ...float64) []Run {
 }
 
 // testSettings are the settings of the synthetic runs.
-var testSettings = Settings{Format: "raw", Cache: "none", RuntimeSeconds: 90, WarmupSeconds: 35, IntervalSeconds: 5, Storage: "loop"}
+var testSettings = Settings{Format: "raw", Cache: "none", RuntimeSeconds: 90, WarmupSeconds: 35, IntervalSeconds: 5, Storage: "loop",
+	HostDevice: HostDevLoop, Method: MethodBlocks, Seed: 20, Control: "ext4/xfs:mail"}
+
+// synthJobs makes the runs of jobs as the runner would, one every 100 s
+// from t0 (95 s each), with the throughput truth(job) times the machine's
+// speed drift(t) at the run's middle times a log-normal noise of standard
+// deviation noise (seeded by noiseSeed; 0: none).
+func synthJobs(jobs []job, truth func(j job) float64, drift func(t time.Time) float64, noise float64, noiseSeed uint64) []Run {
+	rng := rand.New(rand.NewPCG(noiseSeed, 1))
+	var out []Run
+	for i, j := range jobs {
+		start := t0.Add(time.Duration(i) * 100 * time.Second)
+		mid := start.Add(95 * time.Second / 2)
+		bw := truth(j) * drift(mid)
+		if noise > 0 {
+			bw *= math.Exp(noise * rng.NormFloat64())
+		}
+		r := synthRun(j.pair, j.workload, j.repeat, synth{bw: bw, wamp: 1.25, writeLat: 0.0004})
+		r.Start, r.End, r.Control = start, start.Add(95*time.Second), j.control
+		out = append(out, r)
+	}
+	return out
+}
+
+// noDrift is a machine whose speed does not change.
+func noDrift(time.Time) float64 { return 1 }
 
 func approx(t *testing.T, what string, got, want float64) {
 	t.Helper()

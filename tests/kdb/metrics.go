@@ -192,11 +192,15 @@ func (c *Cell) Last() time.Time {
 }
 
 // Cells groups runs into cells and summarises each figure over the
-// repeats, in knowledge-base workload order, then pair order.
+// repeats, in knowledge-base workload order, then pair order. Control runs
+// (drift.go) are left out: they measure the machine, not their cell.
 func Cells(runs []Run) []Cell {
 	byKey := map[string]*Cell{}
 	var cells []*Cell
 	for _, r := range runs {
+		if r.Control != "" {
+			continue
+		}
 		k := string(r.Workload) + " " + r.Pair
 		c := byKey[k]
 		if c == nil {

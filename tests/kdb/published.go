@@ -81,6 +81,8 @@ const (
 	StatusOpposite = "opposite" // best against worst
 	StatusDiffer   = "differ"   // any other difference
 	StatusUnranked = "unranked" // fewer than two pairs measured: no site verdict
+	// StatusUndecided: the site's runs cannot call the pair (not_distinguishable).
+	StatusUndecided = "not distinguishable"
 )
 
 // Comparison is the site's verdict on one measured pair beside the
@@ -101,6 +103,8 @@ func Compare(ranked map[workload.Workload][]Ranked, pub *Published) []Comparison
 			switch {
 			case r.Of < 2:
 				c.Status = StatusUnranked
+			case r.Verdict == VerdictNotDistinguishable:
+				c.Status = StatusUndecided
 			case r.Verdict == c.Pub.Verdict:
 				c.Status = StatusAgree
 			case r.Verdict == VerdictBest && c.Pub.Verdict == VerdictWorst,

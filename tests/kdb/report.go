@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,9 @@ type Report struct {
 	Env       []Env // distinct conditions of the runs
 	Cells     []Cell
 	Ranked    map[workload.Workload][]Ranked
+	Assessed  map[workload.Workload]Assessment
+	Drift     *Drift       // nil: no control runs
+	Halves    *HalvesCheck // nil: fewer than four blocks
 	Pub       *Published
 	Cmp       []Comparison
 	Tolerance float64
@@ -29,6 +33,10 @@ type Report struct {
 	Check     *SiteCheck // nil when the site file was not checked
 	Missing   []string   // runs asked for that the state does not hold
 	Failures  []string   // errors of this invocation
+	// Stopped says why the runs stopped before the matrix was complete
+	// (interrupted, -budget); Remaining estimates the missing runs' time.
+	Stopped   string
+	Remaining time.Duration
 }
 
 // Report files.
@@ -48,7 +56,7 @@ func WriteReport(dir string, r *Report) ([]string, error) {
 		return nil, fmt.Errorf("write report: %w", err)
 	}
 	var files []string
-	sub := fmt.Sprintf("%s, cache=%s, fio %g s per run; median of the repeats; %s",
+	sub := fmt.Sprintf("%s, cache=%s, fio %g s per run; drift-corrected geometric mean of the repeats; %s",
 		r.Settings.Format, r.Settings.Cache, r.Settings.RuntimeSeconds, accelPhrase(r.Env))
 	for _, w := range workload.Workloads {
 		if len(r.Ranked[w]) == 0 {
@@ -86,16 +94,25 @@ func WriteReport(dir string, r *Report) ([]string, error) {
 
 // cellJSON is one cell in cells.json: the summary, without the scrapes.
 type cellJSON struct {
-	Workload  workload.Workload `json:"workload"`
-	Pair      string            `json:"pair"`
-	Runs      int               `json:"runs"`
-	Rank      int               `json:"rank,omitempty"`
-	Of        int               `json:"of,omitempty"`
-	Verdict   string            `json:"verdict,omitempty"`
-	Standout  bool              `json:"standout,omitempty"`
-	Published string            `json:"published,omitempty"`
-	Status    string            `json:"status,omitempty"`
-	Stats     map[string]Stat   `json:"stats"`
+	Workload workload.Workload `json:"workload"`
+	Pair     string            `json:"pair"`
+	Runs     int               `json:"runs"`
+	Rank     int               `json:"rank,omitempty"`
+	Of       int               `json:"of,omitempty"`
+	Verdict  string            `json:"verdict,omitempty"`
+	Standout bool              `json:"standout,omitempty"`
+	// Confidence of a best or worst verdict; the corrected throughput and
+	// its interval (verdict.go).
+	Confidence float64 `json:"confidence,omitempty"`
+	Corrected  *struct {
+		Estimate float64 `json:"estimate"`
+		Low      float64 `json:"low,omitempty"`
+		High     float64 `json:"high,omitempty"`
+	} `json:"throughput_corrected_bytes_per_second,omitempty"`
+	Conditions string          `json:"conditions,omitempty"`
+	Published  string          `json:"published,omitempty"`
+	Status     string          `json:"status,omitempty"`
+	Stats      map[string]Stat `json:"stats"`
 }
 
 func (r *Report) cellsJSON() []cellJSON {
@@ -104,7 +121,18 @@ func (r *Report) cellsJSON() []cellJSON {
 		cj := cellJSON{Workload: c.Workload, Pair: c.Pair, Runs: len(c.Runs), Stats: c.Stats}
 		if cmp, ok := r.comparison(c.Workload, c.Pair); ok {
 			cj.Rank, cj.Of, cj.Verdict, cj.Standout = cmp.Site.Rank, cmp.Site.Of, cmp.Site.Verdict, cmp.Site.Standout
-			cj.Published, cj.Status = cmp.Pub.Verdict, cmp.Status
+			cj.Published, cj.Status, cj.Confidence = cmp.Pub.Verdict, cmp.Status, cmp.Site.Confidence
+			cj.Conditions = conditions(r.Settings, r.Env)
+			if x := cmp.Site; !math.IsNaN(x.Estimate) {
+				cj.Corrected = &struct {
+					Estimate float64 `json:"estimate"`
+					Low      float64 `json:"low,omitempty"`
+					High     float64 `json:"high,omitempty"`
+				}{Estimate: x.Estimate}
+				if !math.IsNaN(x.Low) {
+					cj.Corrected.Low, cj.Corrected.High = x.Low, x.High
+				}
+			}
 		}
 		out = append(out, cj)
 	}
@@ -183,8 +211,11 @@ func statText(c *Cell, name string) string {
 }
 
 func verdictText(v string, standout bool) string {
-	if v == "" {
+	switch v {
+	case "":
 		return "none"
+	case VerdictNotDistinguishable:
+		return "not distinguishable"
 	}
 	if standout {
 		return v + " (standout)"
@@ -238,8 +269,15 @@ func (r *Report) doc() doc {
 	}
 
 	d = append(d, heading{2, "How the verdicts are made"})
-	d = append(d, para(fmt.Sprintf("Per workload the pairs measured are ranked by the median, over the repeats, of fio's throughput (read plus write `bw_bytes`, summed over the job's processes). The published table names a group of best and a group of worst pairs per workload and singles out a few (standouts), without a figure per pair; the site's groups are what the measurement cannot tell apart from the fastest and from the slowest pair. Two pairs are near when their medians differ by at most %.0f%% or their repeats (min–max) overlap. **best**: the fastest pair and every pair near it. **worst**: the slowest pair and every pair near it. **contested**: a pair in both groups (the runs cannot separate the fastest from the slowest). **none**: between the groups; such a pair gets no site entry, so the published verdict on it stays in effect. **standout**: the fastest (slowest) pair when it is alone in its group and at least three pairs were ranked. A workload with fewer than two pairs measured gets no verdicts.", r.Tolerance*100)))
-
+	d = append(d, para(fmt.Sprintf("**Run order.** The runs were made in randomized blocks: each block holds every cell (pair x workload) once, the pairs in a new random order drawn from the recorded seed (%d) and the block's number, each pair's workloads back to back in one guest; the control cell (%s) runs at the start, the middle and the end of every block (`tests/kdb/schedule.go`).", r.Settings.Seed, orText(r.Settings.Control, "none"))))
+	d = append(d, para("**Drift correction.** The controls sample the machine's speed, taken as one factor common to every run (fio in a TCG guest follows the lab machine's CPU). The factor at a time is the controls' throughput interpolated linearly in log space between the control runs around it, over the controls' geometric mean; each run's throughput is divided by the factor at its middle before any comparison (`tests/kdb/drift.go`). Latencies and write amplification are shown as measured."))
+	d = append(d, para(fmt.Sprintf("**Confidence.** A cell's figure is the geometric mean of its corrected runs, with a %.0f%% percentile interval from a bootstrap (%d replicates, seeded) that draws each cell's runs' deviations from a pool of every run's deviation from its cell's mean in the workload (two or three runs per cell say too little about their own spread; a rank test on three runs per cell cannot reach p < 0.05). All pairwise comparisons of a workload share one critical value, the %.0f%% quantile of the largest standardized difference error over all pairs of cells (a bootstrap studentized range), so that a best pair among nine is a statement about all its comparisons at once. One pair is faster than another when its corrected difference exceeds that critical value and %.0f%% (`-tolerance`). The best group is the fastest pair and every pair not slower than it, the worst group the slowest pair and every pair not faster than it; a group is called only when each of its pairs is faster (slower) than each pair outside it, and its confidence is the bootstrap share of replicates whose largest error is below the group's narrowest margin. Every other pair is **not distinguishable**, and so is every pair of a workload with no control runs, a pair with fewer than two runs, or fewer than %d residual degrees of freedom. **standout**: a called group of one pair, with three or more pairs measured. A workload with fewer than two pairs measured gets no verdicts (`tests/kdb/verdict.go`).",
+		r.level()*100, Replicates, r.level()*100, r.Tolerance*100, MinResidualDF)))
+	d = append(d, r.driftSection()...)
+	d = append(d, r.halvesSection()...)
+	if r.Stopped != "" || len(r.Missing) > 0 {
+		d = append(d, r.stoppedSection()...)
+	}
 	d = append(d, r.summary()...)
 	for _, w := range workload.Workloads {
 		if len(r.Ranked[w]) == 0 {
@@ -261,7 +299,7 @@ func (r *Report) doc() doc {
 		}
 		d = append(d, it)
 	}
-	d = append(d, heading{2, "Reproduce"}, para("From the repository root, as root (the runs take the lab lock `/var/tmp/fspair-lab.lock` pair by pair; an interrupted run resumes where it stopped):"), code(r.Command))
+	d = append(d, heading{2, "Reproduce"}, para("From the repository root, as root (the runs take the lab lock `/var/tmp/fspair-lab.lock` guest by guest; an interrupted run resumes where it stopped, in the same order):"), code(r.Command))
 	return d
 }
 
@@ -299,11 +337,14 @@ func (r *Report) caveat() string {
 	if r.tcg() {
 		parts = append(parts, "the guests run under TCG, so a guest's throughput is bounded by the emulated CPU running the guest file system's code and QEMU's emulation more than by the storage")
 	}
-	if r.Settings.Storage == "loop" {
+	switch {
+	case r.Settings.Storage == "loop" && (r.Settings.HostDevice == "" || r.Settings.HostDevice == HostDevLoop):
 		// The lab attaches loop devices without --direct-io
 		// (tests/lab/hostfs.go), so the loop driver reads and writes its
 		// backing file through the page cache.
 		parts = append(parts, "the host file systems sit on loop devices over a file on the lab machine's disk, through that machine's page cache, which absorbs much of what a hard disk makes slow (seeks, rotational latency, the cost of a cache flush)")
+	case r.Settings.Storage == "loop":
+		parts = append(parts, fmt.Sprintf("the host file systems sit on loop devices whose writes and flushes reach the lab machine's own disk (-hostdev %s), which has flush costs but is not a hard disk: it has no seeks or rotational latency of its own", r.Settings.HostDevice))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -314,8 +355,8 @@ func (r *Report) caveat() string {
 
 func (r *Report) summary() doc {
 	t := table{
-		head:  []string{"workload", "pairs ranked", "site best", "site worst", "site contested", "agree", "differ", "opposite", "mean site rank of published best", "mean site rank of published worst"},
-		right: []bool{false, true, false, false, false, true, true, true, true, true},
+		head:  []string{"workload", "pairs ranked", "site best", "site worst", "not distinguishable", "minimum detectable difference", "agree", "differ", "opposite", "not distinguishable from published", "mean site rank of published best", "mean site rank of published worst"},
+		right: []bool{false, true, false, false, false, true, true, true, true, true, true, true},
 	}
 	for _, w := range workload.Workloads {
 		rs := r.Ranked[w]
@@ -326,10 +367,10 @@ func (r *Report) summary() doc {
 		for _, x := range rs {
 			switch x.Verdict {
 			case VerdictBest:
-				best = append(best, x.Pair+star(x.Standout))
+				best = append(best, fmt.Sprintf("%s%s (%.2f)", x.Pair, star(x.Standout), x.Confidence))
 			case VerdictWorst:
-				worst = append(worst, x.Pair+star(x.Standout))
-			case VerdictContested:
+				worst = append(worst, fmt.Sprintf("%s%s (%.2f)", x.Pair, star(x.Standout), x.Confidence))
+			case VerdictNotDistinguishable:
 				cont = append(cont, x.Pair)
 			}
 		}
@@ -346,10 +387,119 @@ func (r *Report) summary() doc {
 			}
 			return fmt.Sprintf("%.1f of %d (%d %s)", m, len(rs), n, plural(n, "pair", "pairs"))
 		}
-		t.rows = append(t.rows, []string{string(w), fmt.Sprint(len(rs)), listOr(best), listOr(worst), listOr(cont),
-			fmt.Sprint(count[StatusAgree]), fmt.Sprint(count[StatusDiffer]), fmt.Sprint(count[StatusOpposite]), mr(VerdictBest), mr(VerdictWorst)})
+		a := r.Assessed[w]
+		mdd := "-"
+		if a.Reason == "" && a.MDD > 0 {
+			mdd = fmt.Sprintf("%.1f%%", a.MDD*100)
+		}
+		if a.Reason != "" && len(rs) >= 2 {
+			cont = []string{"all: " + a.Reason}
+		}
+		t.rows = append(t.rows, []string{string(w), fmt.Sprint(len(rs)), listOr(best), listOr(worst), listOr(cont), mdd,
+			fmt.Sprint(count[StatusAgree]), fmt.Sprint(count[StatusDiffer]), fmt.Sprint(count[StatusOpposite]), fmt.Sprint(count[StatusUndecided]), mr(VerdictBest), mr(VerdictWorst)})
 	}
-	return doc{heading{2, "Summary"}, para("Standouts are marked *. The last two columns say whether the site's order leans the published way where the groups differ: with the published best pairs ranked near 1 and the worst near the number of pairs, it does."), t}
+	return doc{heading{2, "Summary"}, para(fmt.Sprintf("Confidence in brackets, standouts marked *. Conditions of every verdict: %s. The minimum detectable difference is the smallest difference between two cells with the median run count that could be called at all. The last two columns say whether the site's order leans the published way: with the published best pairs ranked near 1 and the worst near the number of pairs, it does.", conditions(r.Settings, r.Env))), t}
+}
+
+// level is the confidence level the verdicts were called at.
+func (r *Report) level() float64 {
+	for _, a := range r.Assessed {
+		if a.Level > 0 {
+			return a.Level
+		}
+	}
+	return DefaultConfidence
+}
+
+// intervalText prints a cell's corrected throughput and its interval.
+func intervalText(x Ranked) string {
+	d := metric(MThroughputBytes)
+	if math.IsNaN(x.Estimate) {
+		return "-"
+	}
+	if math.IsNaN(x.Low) {
+		return d.format(x.Estimate)
+	}
+	return fmt.Sprintf("%s (%s–%s)", d.format(x.Estimate), d.format(x.Low), d.format(x.High))
+}
+
+// driftSection shows what the control runs measured.
+func (r *Report) driftSection() doc {
+	d := doc{heading{2, "Drift measured by the controls"}}
+	if r.Drift == nil {
+		return append(d, para("No control runs: these runs were made before the randomized blocks (pair by pair), so the drift was not measured, nothing is corrected and no verdict is settled. Make the matrix again in a new state directory."))
+	}
+	lo, hi := r.Drift.Range()
+	d = append(d, para(fmt.Sprintf("Control cell %s, %d runs; reference (their geometric mean) %s MB/s. The machine's speed relative to the reference ranged %.3f–%.3f (a spread of %.1f%%); every run's throughput was divided by the factor interpolated at its middle.",
+		r.Drift.Cell, len(r.Drift.Points), metric(MThroughputBytes).format(r.Drift.Ref), lo, hi, (hi/lo-1)*100)))
+	t := table{head: []string{"block", "position", "time (UTC)", "throughput MB/s", "factor"}, right: []bool{true, false, false, true, true}}
+	for _, p := range r.Drift.Points {
+		t.rows = append(t.rows, []string{fmt.Sprint(p.Block), p.Position, p.Time.UTC().Format("2006-01-02 15:04:05"),
+			metric(MThroughputBytes).format(p.Throughput), fmt.Sprintf("%.3f", p.Factor)})
+	}
+	return append(d, t)
+}
+
+// halvesSection shows whether the two halves of the blocks agree.
+func (r *Report) halvesSection() doc {
+	h := r.Halves
+	if h == nil {
+		return nil
+	}
+	d := doc{heading{2, "The two halves"}}
+	verdict := "They agree: no pair is called best in one half and worst in the other."
+	if len(h.Conflicts) > 0 {
+		verdict = fmt.Sprintf("**They disagree** on %d %s (best in one half, worst in the other): %s. The method's confidence does not hold on this machine; do not load these verdicts into the rules.",
+			len(h.Conflicts), plural(len(h.Conflicts), "pair", "pairs"), strings.Join(h.Conflicts, ", "))
+	}
+	d = append(d, para(fmt.Sprintf("Blocks 1–%d and %d–%d, each with its own control runs, ranked on their own: %d and %d verdicts settled, %d alike in both halves. %s",
+		h.Split, h.Split+1, h.Blocks, h.Settled[0], h.Settled[1], h.Agreeing, verdict)))
+	t := table{head: []string{"workload", "pair", "whole run", "blocks 1–" + fmt.Sprint(h.Split), fmt.Sprintf("blocks %d–%d", h.Split+1, h.Blocks)}}
+	for _, w := range workload.Workloads {
+		first, second := map[string]Ranked{}, map[string]Ranked{}
+		for _, x := range h.First[w] {
+			first[x.Pair] = x
+		}
+		for _, x := range h.Second[w] {
+			second[x.Pair] = x
+		}
+		for _, x := range r.Ranked[w] {
+			f, s := first[x.Pair], second[x.Pair]
+			t.rows = append(t.rows, []string{string(w), x.Pair, verdictText(x.Verdict, x.Standout), verdictText(f.Verdict, f.Standout), verdictText(s.Verdict, s.Standout)})
+		}
+	}
+	return append(d, t)
+}
+
+// stoppedSection says what a stop before the end keeps.
+func (r *Report) stoppedSection() doc {
+	d := doc{heading{2, "Stopped early: what is settled"}}
+	why := "The matrix is not complete"
+	if r.Stopped != "" {
+		why = "The runs stopped (" + r.Stopped + ")"
+	}
+	d = append(d, para(fmt.Sprintf("%s: %d %s missing, estimated %s more from the pace of the runs held. Rerun the same command to resume. The verdicts below are those the runs held already settle (best or worst with their confidence); the rest are not distinguishable yet, and more runs can settle them, or change a settled verdict only with the small probability its confidence leaves.",
+		why, len(r.Missing), plural(len(r.Missing), "run is", "runs are"), r.Remaining)))
+	var it items
+	for _, w := range workload.Workloads {
+		var calls []string
+		for _, x := range r.Ranked[w] {
+			if x.Verdict == VerdictBest || x.Verdict == VerdictWorst {
+				calls = append(calls, fmt.Sprintf("%s %s%s (%.3f)", x.Pair, x.Verdict, star(x.Standout), x.Confidence))
+			}
+		}
+		if len(r.Ranked[w]) == 0 {
+			continue
+		}
+		if len(calls) == 0 {
+			calls = []string{"none settled"}
+			if a := r.Assessed[w]; a.Reason != "" {
+				calls[0] += " (" + a.Reason + ")"
+			}
+		}
+		it = append(it, string(w)+": "+strings.Join(calls, ", "))
+	}
+	return append(d, it)
 }
 
 func plural(n int, one, many string) string {
@@ -376,17 +526,28 @@ func listOr(s []string) string {
 func (r *Report) workloadSection(w workload.Workload) doc {
 	rs := r.Ranked[w]
 	d := doc{heading{2, "Workload " + string(w)}, figure{string(w) + ": fio throughput by guest/host pair", heatmapFile(w)}}
-	d = append(d, para("Median (min–max) over the repeats. Throughput is fio's, from inside the guest."))
+	a := r.Assessed[w]
+	note := fmt.Sprintf("Ranked by the drift-corrected throughput (geometric mean of the repeats, with its %.0f%% bootstrap interval); the measured throughput and the other figures are the median (min–max) over the repeats. Throughput is fio's, from inside the guest. Conditions: %s.", a.Level*100, conditions(r.Settings, r.Env))
+	if a.Reason != "" {
+		note += " Nothing is settled for this workload: " + a.Reason + "."
+	} else {
+		note += fmt.Sprintf(" Run noise (pooled standard deviation of the log corrected throughput) %.1f%% on %d residual degrees of freedom; the smallest difference that can be called between two cells is %.1f%%.", a.Noise*100, a.DF, a.MDD*100)
+	}
+	d = append(d, para(note))
 	t := table{
-		head:  []string{"rank", "pair", "runs", "throughput MB/s", "ops/s", "syncs/s", "site verdict", "published verdict", "comparison"},
-		right: []bool{true, false, true, true, true, true, false, false, false},
+		head:  []string{"rank", "pair", "runs", "corrected MB/s (interval)", "measured MB/s", "ops/s", "syncs/s", "site verdict", "confidence", "published verdict", "comparison"},
+		right: []bool{true, false, true, true, true, true, true, false, true, false, false},
 	}
 	for _, x := range rs {
 		c := r.cell(w, x.Pair)
 		cmp, _ := r.comparison(w, x.Pair)
-		t.rows = append(t.rows, []string{fmt.Sprint(x.Rank), x.Pair, fmt.Sprint(len(c.Runs)),
+		conf := "-"
+		if x.Confidence > 0 {
+			conf = fmt.Sprintf("%.3f", x.Confidence)
+		}
+		t.rows = append(t.rows, []string{fmt.Sprint(x.Rank), x.Pair, fmt.Sprint(len(c.Runs)), intervalText(x),
 			statText(c, MThroughputBytes), statText(c, MThroughputOps), statText(c, MSyncs),
-			verdictText(x.Verdict, x.Standout), verdictText(cmp.Pub.Verdict, cmp.Pub.Standout), cmp.Status})
+			verdictText(x.Verdict, x.Standout), conf, verdictText(cmp.Pub.Verdict, cmp.Pub.Standout), cmp.Status})
 	}
 	d = append(d, t)
 
@@ -421,7 +582,7 @@ func (r *Report) comparisonSection() doc {
 			cites = append(cites, fmt.Sprintf("%s: %s", s, strings.Join(strings.Fields(r.Pub.Sources[s]), " ")))
 		}
 	}
-	d = append(d, para(fmt.Sprintf("Published verdicts from `%s` (a pair it does not list is between its groups, as none is here). The published table has no figure per pair; the figures are the site's. **agree**: same verdict; **opposite**: best against worst; **differ**: any other difference (one side has a verdict the other lacks, or contested).", relPath(r.Pub.Path))))
+	d = append(d, para(fmt.Sprintf("Published verdicts from `%s` (a pair it does not list is between its groups). The published table has no figure per pair; the figures are the site's. **agree**: same verdict; **opposite**: best against worst; **differ**: any other difference (one side calls the pair best or worst and the other does not, or contested); **not distinguishable**: the site's runs cannot call the pair, so they neither confirm nor contradict the published verdict.", relPath(r.Pub.Path))))
 	if len(cites) > 0 {
 		d = append(d, items(cites))
 	}
@@ -433,13 +594,13 @@ func (r *Report) comparisonSection() doc {
 		t.rows = append(t.rows, []string{string(c.Workload), c.Site.Pair, verdictText(c.Pub.Verdict, c.Pub.Standout),
 			verdictText(c.Site.Verdict, c.Site.Standout), fmt.Sprintf("%d/%d", c.Site.Rank, c.Site.Of),
 			statText(cell, MThroughputBytes), statText(cell, MWriteAmp), c.Status})
-		if c.Site.Verdict == "" && c.Pub.Verdict != "" && c.Site.Of >= 2 {
+		if c.Site.Verdict == VerdictNotDistinguishable && c.Pub.Verdict != "" && c.Site.Of >= 2 {
 			stays = append(stays, fmt.Sprintf("%s %s: published %s", c.Workload, c.Site.Pair, verdictText(c.Pub.Verdict, c.Pub.Standout)))
 		}
 	}
 	d = append(d, t)
 	if len(stays) > 0 {
-		d = append(d, para("Measured between the groups, so the site file has no entry for them and the published verdict stays in effect in the rules (the site file's schema has no \"neither\" verdict):"), items(stays))
+		d = append(d, para("Not distinguishable here, so the published verdict stays in effect in the rules (rules/gen ignores not_distinguishable entries):"), items(stays))
 	}
 	return d
 }
@@ -449,7 +610,7 @@ func (r *Report) siteSection() doc {
 	if r.SitePath == "" {
 		return append(d, para("No site file was written."))
 	}
-	d = append(d, para(fmt.Sprintf("`%s` holds %d entries from these runs (best, worst and contested pairs), in the schema of `rules/kdb/site.yaml`; an entry for a workload and pair replaces the published verdict in the generated rules, with `source=\"site\"`, its date, and its figures as `fspair_kdb_site_measurement`.", relPath(r.SitePath), len(r.Site))))
+	d = append(d, para(fmt.Sprintf("`%s` holds %d entries from these runs (one per measured pair: best or worst with its confidence, or not_distinguishable; each with its conditions), in the schema of `rules/kdb/site.yaml`. rules/gen replaces the published verdict for a workload and pair with a best or worst entry whose confidence is at least 0.95, with `source=\"site\"`, its date, and its figures as `fspair_kdb_site_measurement`; it ignores not_distinguishable entries and verdicts below 0.95, so the published verdict stays in effect for them.", relPath(r.SitePath), len(r.Site))))
 	if r.Check != nil {
 		d = append(d, para(fmt.Sprintf("Checked: `go run ./rules/gen` loaded it and `promtool check rules` accepted the rules generated from it, which carry %d site verdicts and %d site figures.", r.Check.SiteVerdicts, r.Check.SiteFigures)))
 	}

@@ -18,17 +18,16 @@ import (
 // slowest here (an opposite verdict).
 func testReport(t *testing.T) *Report {
 	t.Helper()
-	runs := append(siteRuns(), synthCell("btrfs/ext4", workload.Mail, 39e6, 41e6, 40.5e6)...)
-	cells := Cells(runs)
-	ranked := Rank(cells, DefaultTolerance)
+	runs := siteRunsOf(map[string]float64{"ext4/xfs": 100e6, "ext4/ext4": 100e6, "xfs/ext4": 80e6, "xfs/xfs": 40e6, "btrfs/ext4": 40e6})
+	cells, ranked, as := siteRank(runs)
 	pub := mustPublished(t)
 	return &Report{
 		Generated: time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC), Command: "go run ./tests/kdb -size full",
 		StateDir: "/var/tmp/fspair-kdb/full", Settings: testSettings, Env: []Env{runs[0].Env},
-		Cells: cells, Ranked: ranked, Pub: pub, Cmp: Compare(ranked, pub), Tolerance: DefaultTolerance,
-		SitePath: "kdb-report/full/site.yaml", Site: SiteEntries(cells, ranked, testSettings, nil),
-		Check:   &SiteCheck{SiteVerdicts: 6, SiteFigures: 60},
-		Missing: []string{"rfa on ext4/xfs #1"},
+		Cells: cells, Ranked: ranked, Assessed: as, Drift: MeasureDrift(runs), Pub: pub, Cmp: Compare(ranked, pub), Tolerance: DefaultTolerance,
+		SitePath: "kdb-report/full/site.yaml", Site: SiteEntries(cells, ranked, as, testSettings, nil),
+		Check:   &SiteCheck{SiteVerdicts: 4, SiteFigures: 60},
+		Missing: []string{"rfa on ext4/xfs #1"}, Stopped: "interrupted", Remaining: 3 * time.Minute,
 	}
 }
 
@@ -41,18 +40,18 @@ func TestCompare(t *testing.T) {
 	for k, want := range map[string]string{
 		"mail ext4/xfs":       "best>best:agree",
 		"mail ext4/ext4":      "best>best:agree",
-		"mail xfs/ext4":       "best>:differ", // published best, measured between the groups
+		"mail xfs/ext4":       "best>not_distinguishable:not distinguishable", // between the groups
 		"mail xfs/xfs":        "worst>worst:agree",
 		"mail btrfs/ext4":     "best>worst:opposite",
-		"fileserver xfs/xfs":  "worst>contested:differ",
-		"fileserver ext4/xfs": "best>contested:differ",
+		"fileserver xfs/xfs":  "worst>not_distinguishable:not distinguishable", // too few runs
+		"fileserver ext4/xfs": "best>not_distinguishable:not distinguishable",
 		"web ext4/xfs":        "best>:unranked",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: got %s, want %s", k, got[k], want)
 		}
 	}
-	if m, n := meanRank(r.Cmp, workload.Mail, VerdictBest); n != 4 || m != (1+2+3+4)/4.0 {
+	if m, n := meanRank(r.Cmp, workload.Mail, VerdictBest); n != 4 || m != (1+2+3+5)/4.0 {
 		t.Errorf("mean site rank of mail's published best pairs: %g over %d", m, n)
 	}
 }
@@ -113,18 +112,29 @@ func TestWriteReport(t *testing.T) {
 		"Host: kernel 6.18.0; 2 x AMD EPYC.",
 		"Read the comparison with that in mind.",
 		"## How the verdicts are made",
-		"at most 5%",
-		"| mail | 5 | ext4/xfs, ext4/ext4 | btrfs/ext4, xfs/xfs | - | 3 | 1 | 1 | 2.5 of 5 (4 pairs) | 5.0 of 5 (1 pair) |",
+		"the control cell (ext4/xfs:mail) runs at the start, the middle and the end of every block",
+		"exceeds that critical value and 5% (`-tolerance`)",
+		"## Drift measured by the controls",
+		"Control cell ext4/xfs:mail, 9 runs; reference (their geometric mean) 9.96 MB/s. The machine's speed relative to the reference ranged 0.957–1.023",
+		"| 2 | middle | 2026-11-21 10:27:27 | 9.52 | 0.957 |",
+		"## Stopped early: what is settled",
+		"The runs stopped (interrupted): 1 run is missing, estimated 3m0s more",
+		"- mail: ext4/xfs best (1.000), ext4/ext4 best (1.000), xfs/xfs worst (1.000), btrfs/ext4 worst (1.000)",
+		"- fileserver: none settled (4 residual degrees of freedom",
+		"| mail | 5 | ext4/xfs (1.00), ext4/ext4 (1.00) | xfs/xfs (1.00), btrfs/ext4 (1.00) | xfs/ext4 | 7.6% | 3 | 0 | 1 | 1 | 2.8 of 5 (4 pairs) | 4.0 of 5 (1 pair) |",
+		"Conditions of every verdict: image raw, cache=none, host device loop, tcg guest, fio 90 s runs.",
 		"![mail: fio throughput by guest/host pair](heatmap-mail.png)",
-		"| 1 | ext4/xfs | 3 | 100.00 (95.00–105.00) |",
+		"Run noise (pooled standard deviation of the log corrected throughput) 3.3% on 10 residual degrees of freedom; the smallest difference that can be called between two cells is 7.6%.",
+		"| 1 | ext4/xfs | 3 | 100.42 (97.32–104.51) | 102.16 (99.59–102.36) | 134 | 10.0 | best | 1.000 | best (standout) | agree |",
+		"| 3 | xfs/ext4 | 3 | 80.41 (77.84–83.88) | 80.55 (77.61–81.27) | 134 | 10.0 | not distinguishable | - | best | not distinguishable |",
 		"## Comparison with the published table",
 		"| workload | pair | published | site | site rank | throughput MB/s | write amplification | comparison |",
-		"| mail | btrfs/ext4 | best (standout) | worst | 4/5 | 40.50 (39.00–41.00) | 1.25 | opposite |",
-		"| mail | xfs/xfs | worst | worst | 5/5 | 40.00 (38.00–42.00) | 1.25 | agree |",
-		"| fileserver | ext4/xfs | best | contested | 2/2 |",
-		"| web | ext4/xfs | best | none | 1/1 | 7.00 | 1.25 | unranked |",
+		"| mail | btrfs/ext4 | best (standout) | worst | 5/5 | 40.00 (38.65–40.55) | 1.25 | opposite |",
+		"| mail | xfs/xfs | worst | worst | 4/5 | 39.05 (38.92–42.02) | 1.25 | agree |",
+		"| fileserver | ext4/xfs | best | not distinguishable | 1/2 |",
+		"| web | ext4/xfs | best | none | 1/1 | 9.89 (9.82–9.93) | 1.25 | unranked |",
 		"- mail xfs/ext4: published best",
-		"carry 6 site verdicts and 60 site figures",
+		"carry 4 site verdicts and 60 site figures",
 		"1 run asked for is not in the state: rfa on ext4/xfs #1",
 		"go run ./tests/kdb -size full",
 	} {
@@ -140,7 +150,7 @@ func TestWriteReport(t *testing.T) {
 	}
 
 	page := read(t, filepath.Join(dir, "report.html"))
-	for _, want := range []string{"<!DOCTYPE html>", `<img src="heatmap-mail.png"`, "<th>comparison</th>", "<td>opposite</td>", "<b>best</b>", "<code>tests/workload/jobs</code>"} {
+	for _, want := range []string{"<!DOCTYPE html>", `<img src="heatmap-mail.png"`, "<th>comparison</th>", "<td>opposite</td>", "<b>not distinguishable</b>", "<code>tests/workload/jobs</code>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report.html lacks %q", want)
 		}

@@ -16,10 +16,17 @@ import (
 type Run struct {
 	Pair     string            `json:"pair"` // guest/host, e.g. ext4/xfs
 	Workload workload.Workload `json:"workload"`
-	Repeat   int               `json:"repeat"` // 1-based
-	Start    time.Time         `json:"start"`  // fio started (after Prepare)
-	End      time.Time         `json:"end"`    // fio returned and the guest synced
-	Fio      Fio               `json:"fio"`
+	// Repeat is the block the run was made in (1-based): a matrix run is
+	// its cell's repeat number Repeat, a control run (Control set) one of
+	// the block's three runs of the control cell. State files written
+	// before blocks existed have the repeat here and no Control.
+	Repeat int `json:"repeat"`
+	// Control is "start", "middle" or "end" for a run of the control cell
+	// made to measure the drift (schedule.go); empty for a matrix run.
+	Control string    `json:"control,omitempty"`
+	Start   time.Time `json:"start"` // fio started (after Prepare)
+	End     time.Time `json:"end"`   // fio returned and the guest synced
+	Fio     Fio       `json:"fio"`
 	// GuestWriteAmplification is the image-file write bytes from Start to
 	// End (with the final sync) over the bytes fio wrote.
 	GuestWriteAmplification float64 `json:"guest_write_amplification,omitempty"`
@@ -127,4 +134,19 @@ type Settings struct {
 	WarmupSeconds   float64 `json:"warmup_seconds"`
 	IntervalSeconds float64 `json:"interval_seconds"`
 	Storage         string  `json:"storage"` // "loop" (lab loop devices) or "hostdir" (-hostdir)
+	// HostDevice is what the lab's loop devices sit on (-hostdev,
+	// hostdev.go); empty with -hostdir.
+	HostDevice string `json:"host_device,omitempty"`
+	// Method is MethodBlocks for a state made in randomized blocks with
+	// control runs; empty in a state written before (see OpenStore).
+	Method string `json:"method,omitempty"`
+	// Seed is the seed of the blocks' order (schedule.go) and of the
+	// bootstrap (verdict.go); recorded so that a resumed run keeps the
+	// order and a rerendering gives the same intervals.
+	Seed int64 `json:"seed,omitempty"`
+	// Control is the control cell, "pair:workload" (schedule.go).
+	Control string `json:"control,omitempty"`
 }
+
+// MethodBlocks names the run order of schedule.go in Settings.Method.
+const MethodBlocks = "randomized-blocks-v1"

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,33 +20,42 @@ import (
 	"github.com/fspair/fspair/tests/workload"
 )
 
-// job is one run to make.
-type job struct {
-	pair     string // guest/host
-	workload workload.Workload
-	repeat   int
-}
-
-func (j job) String() string {
-	return fmt.Sprintf("%s on %s #%d", j.workload, j.pair, j.repeat)
-}
-
-// plan lists the runs o asks for that st does not hold, pair by pair (one
-// guest per pair), and within a pair repeat by repeat, so that the
-// repeats of one workload are spread over the guest's life rather than
-// back to back. all is the number of runs asked for.
+// plan lists the runs o asks for that st does not hold, in the order of
+// the blocks (schedule.go), and the number of runs asked for.
 func plan(o *Options, st *Store) (pending []job, all int) {
-	for _, p := range o.Pairs {
-		for rep := 1; rep <= o.Repeats; rep++ {
-			for _, w := range o.Workloads {
-				all++
-				if !st.Done(p, w, rep) {
-					pending = append(pending, job{p, w, rep})
-				}
-			}
+	for _, j := range schedule(o.Pairs, o.Workloads, o.Repeats, o.control, st.Settings.Seed) {
+		all++
+		if !st.Done(j) {
+			pending = append(pending, j)
 		}
 	}
 	return pending, all
+}
+
+// remaining estimates the time the missing runs take, from the runs held:
+// the median time from one run's start to the next one's (fio, preparing,
+// cleaning and the guest boots between them), leaving out gaps over three
+// runtimes (interruptions); the runtime plus 30 s without such gaps.
+func remaining(runs []Run, missing int, set Settings) time.Duration {
+	if missing == 0 {
+		return 0
+	}
+	per := time.Duration(set.RuntimeSeconds*float64(time.Second)) + 30*time.Second
+	var starts []time.Time
+	for _, r := range runs {
+		starts = append(starts, r.Start)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	var gaps []float64
+	for i := 1; i < len(starts); i++ {
+		if g := starts[i].Sub(starts[i-1]).Seconds(); g > 0 && g < 3*set.RuntimeSeconds+60 {
+			gaps = append(gaps, g)
+		}
+	}
+	if s, ok := statOf(gaps); ok {
+		per = time.Duration(s.Median * float64(time.Second))
+	}
+	return (time.Duration(missing) * per).Round(time.Minute)
 }
 
 // runner makes the pending runs and reports progress.
@@ -85,33 +95,80 @@ func (r *runner) eta(runsLeft, pairsLeft int) time.Duration {
 	return (time.Duration(runsLeft)*perRun + time.Duration(pairsLeft)*perSetup).Round(time.Second)
 }
 
-// matrix makes the pending runs, one guest per pair. A pair that fails is
-// reported and the next one is tried; the runs made so far stay in the
-// state, so a rerun resumes with the rest.
-func (r *runner) matrix(ctx context.Context, pending []job, all int) []string {
+// matrix makes the pending runs in order, one guest for each stretch of
+// consecutive runs on one pair. A stretch that fails is reported and the
+// next one tried; the runs made so far stay in the state, so a rerun
+// resumes with the rest. With -budget it starts no run that the estimate
+// says would end after the budget, and says so in stopped. After each
+// block's end control it prints the verdicts settled so far.
+func (r *runner) matrix(ctx context.Context, pending []job, all int) (failures []string, stopped string) {
 	r.t0 = time.Now()
 	r.total = len(pending)
-	var pairs []string
-	byPair := map[string][]job{}
-	for _, j := range pending {
-		if byPair[j.pair] == nil {
-			pairs = append(pairs, j.pair)
+	var stretches [][]job
+	for i, j := range pending {
+		if i == 0 || j.pair != pending[i-1].pair {
+			stretches = append(stretches, nil)
 		}
-		byPair[j.pair] = append(byPair[j.pair], j)
+		stretches[len(stretches)-1] = append(stretches[len(stretches)-1], j)
 	}
-	r.logf("%d of %d runs to make (%d held in %s) on %d pairs; estimated %s", len(pending), all, all-len(pending), r.st.Dir, len(pairs), r.eta(len(pending), len(pairs)))
-	var failures []string
-	for i, p := range pairs {
+	r.logf("%d of %d runs to make (%d held in %s) in %d guest boots; seed %d, control %s; estimated %s",
+		len(pending), all, all-len(pending), r.st.Dir, len(stretches), r.st.Settings.Seed, r.o.control, r.eta(len(pending), len(stretches)))
+	for i, js := range stretches {
 		if ctx.Err() != nil {
-			failures = append(failures, fmt.Sprintf("%s: interrupted before it started", p))
-			continue
+			return failures, "interrupted"
 		}
-		if err := r.pair(ctx, p, byPair[p], len(pairs)-i-1); err != nil {
-			r.logf("pair %s failed: %v", p, err)
-			failures = append(failures, fmt.Sprintf("%s: %v", p, err))
+		if r.overBudget(len(stretches) - i) {
+			return failures, fmt.Sprintf("the -budget of %s ran out", r.o.Budget)
+		}
+		if err := r.pair(ctx, js[0].pair, js, len(stretches)-i-1); err != nil {
+			if errors.Is(err, errBudget) {
+				return failures, fmt.Sprintf("the -budget of %s ran out", r.o.Budget)
+			}
+			r.logf("pair %s failed: %v", js[0].pair, err)
+			failures = append(failures, fmt.Sprintf("%s: %v", js[0].pair, err))
 		}
 	}
-	return failures
+	return failures, ""
+}
+
+// errBudget stops a guest's runs when the budget runs out.
+var errBudget = errors.New("budget ran out")
+
+// overBudget reports whether the next run would end after -budget.
+func (r *runner) overBudget(pairsLeft int) bool {
+	return r.o.Budget > 0 && time.Since(r.t0)+r.eta(1, min(1, pairsLeft)) > r.o.Budget
+}
+
+// settled prints the verdicts the runs held so far settle: what a stop
+// now would keep.
+func (r *runner) settled(block int) {
+	runs := r.st.Runs()
+	ranked, assessed := Rank(Cells(runs), MeasureDrift(runs), r.o.rankOptions(r.st.Settings))
+	lo, hi := MeasureDrift(runs).Range()
+	var parts []string
+	for _, w := range workload.Workloads {
+		var calls []string
+		for _, x := range ranked[w] {
+			if x.Verdict == VerdictBest || x.Verdict == VerdictWorst {
+				calls = append(calls, fmt.Sprintf("%s %s%s (%.2f)", x.Pair, x.Verdict, star(x.Standout), x.Confidence))
+			}
+		}
+		switch {
+		case len(ranked[w]) == 0:
+		case len(calls) == 0:
+			parts = append(parts, fmt.Sprintf("%s: none settled (%s)", w, orText(assessed[w].Reason, "not distinguishable")))
+		default:
+			parts = append(parts, fmt.Sprintf("%s: %s", w, strings.Join(calls, ", ")))
+		}
+	}
+	r.logf("block %d done; drift measured by the controls so far %.2f-%.2f of their mean; settled: %s", block, lo, hi, strings.Join(parts, "; "))
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // pair boots one guest for pair (under the lab lock) and makes its runs.
@@ -125,7 +182,7 @@ func (r *runner) pair(ctx context.Context, pair string, jobs []job, pairsAfter i
 	defer unlock()
 
 	setupStart := time.Now()
-	r.logf("pair %s: %d runs; setting up host file system, image and guest", p, len(jobs))
+	r.logf("pair %s: %d runs (block %d); setting up host file system, image and guest", p, len(jobs), jobs[0].repeat)
 	l, err := lab.New(ctx, "", "", r.labLog)
 	if err != nil {
 		return err
@@ -156,7 +213,10 @@ func (r *runner) pair(ctx context.Context, pair string, jobs []job, pairsAfter i
 	r.setups++
 	r.logf("pair %s: guest up in %s", p, time.Since(setupStart).Round(time.Second))
 
-	for _, j := range jobs {
+	for i, j := range jobs {
+		if i > 0 && r.overBudget(0) {
+			return errBudget
+		}
 		start := time.Now()
 		run, err := r.runOne(ctx, guest, rec, j)
 		if err != nil {
@@ -172,6 +232,9 @@ func (r *runner) pair(ctx context.Context, pair string, jobs []job, pairsAfter i
 		r.logf("run %d/%d %s: %s MB/s, %.0f ops/s, write amplification %s (took %s); ETA %s",
 			r.made, r.total, j, mbps(m[MThroughputBytes]), m[MThroughputOps], fmtOpt(m, MWriteAmp),
 			time.Since(start).Round(time.Second), r.eta(r.total-r.made, pairsAfter))
+		if j.control == ControlEnd {
+			r.settled(j.repeat)
+		}
 	}
 	return nil
 }
@@ -188,6 +251,9 @@ func fmtOpt(m map[string]float64, k string) string {
 // directory), the image and the guest, and describes the host storage.
 func (r *runner) boot(ctx context.Context, l *lab.Lab, p workload.Pair) (*workload.Guest, string, error) {
 	dir, ok := r.o.HostDirs[p.HostFS]
+	if !ok && r.o.HostDevice != HostDevLoop {
+		return bootHostDev(ctx, l, p, r.o.HostDevice)
+	}
 	if !ok {
 		g, err := workload.BootPair(ctx, l, p, "kdb")
 		if err != nil {
@@ -203,28 +269,11 @@ func (r *runner) boot(ctx context.Context, l *lab.Lab, p workload.Pair) (*worklo
 	if mi.fsType != p.HostFS {
 		return nil, "", fmt.Errorf("host dir %s for %s is on %s", dir, p.HostFS, mi)
 	}
-	h := &lab.HostFS{Type: p.HostFS, Dir: dir}
 	// The image is made with O_EXCL (lab.MakeImage): a name of this
 	// process's own keeps an image a killed run left behind from blocking
 	// the rerun. The id is also the disk's serial, at most 20 bytes.
-	id := fmt.Sprintf("kdb%d", os.Getpid())
-	d, err := workload.MakeDisk(ctx, h, p, id, workload.ImageMiB)
-	if err != nil {
-		return nil, "", err
-	}
-	l.Defer(func() error { return os.Remove(d.File) })
-	vm, err := l.StartVM(ctx, lab.VMConfig{Name: "kdb", MemMiB: workload.GuestMemMiB, Disks: []lab.DiskConfig{d}})
-	if err != nil {
-		return nil, "", err
-	}
-	dev, err := vm.GuestDevice(ctx, d.ID)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := workload.Mount(ctx, vm, dev, p.GuestFS); err != nil {
-		return nil, "", err
-	}
-	return &workload.Guest{Pair: p, VM: vm, Disk: d, Dev: dev}, fmt.Sprintf("%s in %s (%s)", p.HostFS, dir, mi), nil
+	g, err := bootOn(ctx, l, p, dir, fmt.Sprintf("kdb%d", os.Getpid()), false)
+	return g, fmt.Sprintf("%s in %s (%s)", p.HostFS, dir, mi), err
 }
 
 // runOne prepares and runs one workload and derives its window.
@@ -266,7 +315,7 @@ func (r *runner) runOne(ctx context.Context, g *workload.Guest, rec *recorder, j
 		return Run{}, err
 	}
 	return Run{
-		Pair: j.pair, Workload: w, Repeat: j.repeat, Start: start.UTC(), End: end.UTC(), Fio: fio,
+		Pair: j.pair, Workload: w, Repeat: j.repeat, Control: j.control, Start: start.UTC(), End: end.UTC(), Fio: fio,
 		GuestWriteAmplification: ph.GuestWriteAmplification, WindowSeconds: span.Seconds(),
 		From: a.Scrape, To: b.Scrape,
 	}, nil

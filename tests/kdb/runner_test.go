@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +60,66 @@ func TestMountOf(t *testing.T) {
 	}
 	if !within("/a/b", "/a") || within("/ab", "/a") || !within("/x", "/") {
 		t.Error("within")
+	}
+}
+
+// TestBudget: with -budget the runner starts no run the estimate says
+// would end after it; without one it never stops on time.
+func TestBudget(t *testing.T) {
+	o := &Options{Runtime: 90 * time.Second, Budget: 10 * time.Minute}
+	r := &runner{o: o, t0: time.Now().Add(-7 * time.Minute)}
+	// Before any run: 110 s a run and 60 s a guest boot.
+	if r.overBudget(1) {
+		t.Error("7 min in, a run of about 3 min stops a 10 min budget")
+	}
+	r.made, r.runTime = 4, 4*150*time.Second
+	r.t0 = time.Now().Add(-8 * time.Minute)
+	if !r.overBudget(0) {
+		t.Error("8 min in, a 150 s run would end after a 10 min budget and was started")
+	}
+	o.Budget = 0
+	if r.overBudget(1) {
+		t.Error("no budget stopped the runs")
+	}
+}
+
+// TestSettledProgress: after a block's end control the runner prints the
+// verdicts settled so far and the drift the controls measured.
+func TestSettledProgress(t *testing.T) {
+	st, err := OpenStore(t.TempDir(), &testSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Tolerance: DefaultTolerance, Confidence: DefaultConfidence}
+	jobs := schedule([]string{"ext4/xfs", "xfs/xfs", "btrfs/btrfs", "ext4/ext4"}, []workload.Workload{workload.Mail, workload.Web}, 3, controlCell{"ext4/xfs", workload.Mail}, 1)
+	for _, run := range synthJobs(jobs, planted(map[string]float64{"btrfs/btrfs": 0.5}), slowing(time.Hour, time.Hour), 0.02, 1) {
+		if err := st.Append(run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	r := &runner{o: o, st: st, progress: &out, t0: time.Now()}
+	r.settled(3)
+	for _, want := range []string{"block 3 done; drift measured by the controls so far 0.8", "settled: web: ", "ext4/xfs best (1.00)", "btrfs/btrfs worst* (1.00); mail: ", "btrfs/btrfs worst* (1.00)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("progress %q lacks %q", out.String(), want)
+		}
+	}
+}
+
+// TestRemaining: the time left is the missing runs at the median pace of
+// the runs held, leaving out interruptions.
+func TestRemaining(t *testing.T) {
+	jobs := schedule([]string{"ext4/xfs"}, []workload.Workload{workload.Mail}, 2, controlCell{"ext4/xfs", workload.Mail}, 1)
+	runs := synthJobs(jobs, planted(nil), noDrift, 0, 0) // one every 100 s
+	runs[len(runs)-1].Start = runs[len(runs)-1].Start.Add(5 * time.Hour)
+	if got := remaining(runs, 12, testSettings); got != 20*time.Minute {
+		t.Errorf("12 runs at 100 s: %s, want 20m", got)
+	}
+	if got := remaining(nil, 3, testSettings); got != 6*time.Minute { // (90 s + 30 s) x 3
+		t.Errorf("no runs held: %s, want 6m", got)
+	}
+	if got := remaining(runs, 0, testSettings); got != 0 {
+		t.Errorf("nothing missing: %s", got)
 	}
 }

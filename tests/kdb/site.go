@@ -20,13 +20,21 @@ import (
 // rules/gen reads (rules/kdb/site.yaml's header; rules/gen/config.go,
 // Verdict and KB.merge).
 type SiteEntry struct {
-	Workload string             `yaml:"workload"`
-	Pair     string             `yaml:"pair"`
-	Verdict  string             `yaml:"verdict"`
-	Standout bool               `yaml:"standout"`
-	Date     string             `yaml:"date"`
-	Measured map[string]float64 `yaml:"measured,omitempty"`
-	Note     string             `yaml:"note,omitempty"`
+	Workload string `yaml:"workload"`
+	Pair     string `yaml:"pair"`
+	Verdict  string `yaml:"verdict"`
+	Standout bool   `yaml:"standout"`
+	Date     string `yaml:"date"`
+	// Confidence is the bootstrap confidence of a best or worst call
+	// (verdict.go); rules/gen ignores a verdict below its floor (0.95).
+	// A not_distinguishable entry has none.
+	Confidence *float64 `yaml:"confidence,omitempty"`
+	// Conditions are the measurement conditions the verdict holds under
+	// (image format, cache mode, host device, accelerator): a verdict on
+	// loop devices says nothing about a disk with flush costs.
+	Conditions string             `yaml:"conditions,omitempty"`
+	Measured   map[string]float64 `yaml:"measured,omitempty"`
+	Note       string             `yaml:"note,omitempty"`
 }
 
 // siteFigures are the medians a site entry carries as measured figures
@@ -38,16 +46,18 @@ var siteFigures = []string{
 }
 
 // SiteEntries turns the ranked cells into site verdicts: one entry per
-// pair with a verdict (best, worst or contested). Pairs between the groups
-// get none, so for them the published verdict stays in effect: the site
-// file's schema has no "neither" verdict.
-func SiteEntries(cells []Cell, ranked map[workload.Workload][]Ranked, set Settings, env []Env) []SiteEntry {
+// pair of every workload with two pairs or more measured, best or worst
+// with its confidence, or not_distinguishable (rules/gen keeps the
+// published verdict for those), each with its conditions and figures.
+func SiteEntries(cells []Cell, ranked map[workload.Workload][]Ranked, assessed map[workload.Workload]Assessment, set Settings, env []Env) []SiteEntry {
 	byKey := map[string]*Cell{}
 	for i := range cells {
 		byKey[string(cells[i].Workload)+" "+cells[i].Pair] = &cells[i]
 	}
+	cond := conditions(set, env)
 	var out []SiteEntry
 	for _, w := range workload.Workloads {
+		a := assessed[w]
 		for _, r := range ranked[w] {
 			if r.Verdict == "" {
 				continue
@@ -60,31 +70,60 @@ func SiteEntries(cells []Cell, ranked map[workload.Workload][]Ranked, set Settin
 				"rank":                            float64(r.Rank),
 				"pairs_ranked":                    float64(r.Of),
 			}
-			for _, name := range siteFigures {
-				if s, ok := c.Stats[name]; ok && !math.IsNaN(s.Median) && !math.IsInf(s.Median, 0) {
-					m[name] = round4(s.Median)
+			put := func(name string, v float64) {
+				if !math.IsNaN(v) && !math.IsInf(v, 0) {
+					m[name] = round4(v)
 				}
 			}
-			out = append(out, SiteEntry{
+			put("throughput_corrected_bytes_per_second", r.Estimate)
+			put("throughput_corrected_low_bytes_per_second", r.Low)
+			put("throughput_corrected_high_bytes_per_second", r.High)
+			if a.Reason == "" {
+				put("minimum_detectable_difference_ratio", a.MDD)
+			}
+			for _, name := range siteFigures {
+				if s, ok := c.Stats[name]; ok {
+					put(name, s.Median)
+				}
+			}
+			e := SiteEntry{
 				Workload: string(w), Pair: r.Pair, Verdict: r.Verdict, Standout: r.Standout,
-				Date: c.Last().UTC().Format("2006-01-02"), Measured: m,
-				Note: siteNote(w, r, set, env),
-			})
+				Date: c.Last().UTC().Format("2006-01-02"), Conditions: cond, Measured: m,
+				Note: siteNote(w, r, a, set),
+			}
+			if r.Verdict == VerdictBest || r.Verdict == VerdictWorst {
+				conf := math.Floor(r.Confidence*1000) / 1000 // rounded down: never above what was computed
+				e.Confidence = &conf
+			}
+			out = append(out, e)
 		}
 	}
 	return out
 }
 
-func siteNote(w workload.Workload, r Ranked, set Settings, env []Env) string {
-	where := "TCG guest"
+// conditions names the measurement conditions a verdict holds under.
+func conditions(set Settings, env []Env) string {
+	accel := "tcg"
 	if len(env) > 0 && env[0].Accel != "" {
-		where = strings.ToUpper(env[0].Accel) + " guest"
+		accel = env[0].Accel
 	}
+	host := "host directories (-hostdir)"
 	if set.Storage == "loop" {
-		where += ", host file system on a loop device"
+		host = "host device " + orText(set.HostDevice, HostDevLoop)
 	}
-	return fmt.Sprintf("pair lab (tests/kdb): %d runs of tests/workload/jobs/%s.fio, %s, cache=%s, %g s each; rank %d of %d by median fio throughput; %s",
-		r.Throughput.N, w, set.Format, set.Cache, set.RuntimeSeconds, r.Rank, r.Of, where)
+	return fmt.Sprintf("image %s, cache=%s, %s, %s guest, fio %g s runs", set.Format, set.Cache, host, accel, set.RuntimeSeconds)
+}
+
+func siteNote(w workload.Workload, r Ranked, a Assessment, set Settings) string {
+	how := fmt.Sprintf("pair lab (tests/kdb): %d runs of tests/workload/jobs/%s.fio in randomized blocks (seed %d), drift-corrected by the control %s; rank %d of %d by corrected throughput",
+		r.Throughput.N, w, set.Seed, orText(set.Control, "(none)"), r.Rank, r.Of)
+	switch {
+	case r.Verdict == VerdictNotDistinguishable && a.Reason != "":
+		return how + "; not distinguishable: " + a.Reason
+	case r.Verdict == VerdictNotDistinguishable:
+		return how + fmt.Sprintf("; not distinguishable as best or worst at confidence %g", a.Level)
+	}
+	return how + fmt.Sprintf("; %s at confidence %.3f (level %g, bootstrap of %d)", r.Verdict, r.Confidence, a.Level, a.Replicates)
 }
 
 // round4 keeps four significant digits: the repeats differ by more.
@@ -101,7 +140,9 @@ const defaultSiteHeader = `# This site's own verdicts on guest/host file-system 
 # rules/kdb/site.yaml and rules/README.md, "Adding a site's verdicts"), written by
 # the pair lab (tests/kdb). rules/gen merges them with the published verdicts of
 # rules/kdb/pairs.yaml: an entry here replaces the published verdict for the same
-# workload and pair. Regenerate the rules after changing it.
+# workload and pair when its confidence is at least 0.95; not_distinguishable
+# entries and verdicts below that leave the published verdict in effect.
+# Regenerate the rules after changing it.
 `
 
 // WriteSite writes entries to the site file at path. An existing file keeps

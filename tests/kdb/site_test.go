@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,49 +15,107 @@ import (
 	"github.com/fspair/fspair/tests/workload"
 )
 
-// siteRuns are synthetic runs with every kind of verdict: mail has best,
-// none and a standout worst; fileserver cannot be separated (contested);
-// web has one pair (no verdicts).
+// siteRuns are synthetic runs in blocks with every kind of verdict:
+// mail has a best group of two, a pair between and a standout worst;
+// fileserver has two pairs and three repeats (four residual degrees of
+// freedom: nothing settled); web has one pair (no verdicts).
 func siteRuns() []Run {
-	var runs []Run
-	runs = append(runs, synthCell("ext4/xfs", workload.Mail, 100e6, 95e6, 105e6)...)
-	runs = append(runs, synthCell("ext4/ext4", workload.Mail, 96e6, 104e6, 90e6)...)
-	runs = append(runs, synthCell("xfs/ext4", workload.Mail, 80e6, 78e6, 83e6)...)
-	runs = append(runs, synthCell("xfs/xfs", workload.Mail, 40e6, 38e6, 42e6)...)
-	runs = append(runs, synthCell("ext4/xfs", workload.Fileserver, 10e6, 9e6)...)
-	runs = append(runs, synthCell("xfs/xfs", workload.Fileserver, 9.5e6, 10.5e6)...)
-	runs = append(runs, synthCell("ext4/xfs", workload.Web, 7e6)...)
-	return runs
+	return siteRunsOf(map[string]float64{"ext4/xfs": 100e6, "ext4/ext4": 100e6, "xfs/ext4": 80e6, "xfs/xfs": 40e6})
+}
+
+// siteRunsOf is siteRuns with mail's pairs and throughputs.
+func siteRunsOf(mail map[string]float64) []Run {
+	var pairs []string
+	for _, p := range AllPairs() {
+		if _, ok := mail[p]; ok {
+			pairs = append(pairs, p)
+		}
+	}
+	works := []workload.Workload{workload.Mail, workload.Fileserver, workload.Web}
+	var jobs []job
+	for _, j := range schedule(pairs, works, 3, controlCell{"ext4/xfs", workload.Mail}, 20) {
+		switch {
+		case j.workload == workload.Fileserver && j.pair != "ext4/xfs" && j.pair != "xfs/xfs",
+			j.workload == workload.Web && j.pair != "ext4/xfs":
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	truth := func(j job) float64 {
+		if j.workload == workload.Mail && j.control == "" {
+			return mail[j.pair]
+		}
+		return 10e6
+	}
+	return synthJobs(jobs, truth, noDrift, 0.02, 4)
+}
+
+// siteRank ranks runs with the test settings.
+func siteRank(runs []Run) ([]Cell, map[workload.Workload][]Ranked, map[workload.Workload]Assessment) {
+	cells := Cells(runs)
+	ranked, as := Rank(cells, MeasureDrift(runs), RankOptions{Tolerance: DefaultTolerance, Level: DefaultConfidence, Seed: testSettings.Seed, Replicates: 2000})
+	return cells, ranked, as
 }
 
 func TestSiteEntries(t *testing.T) {
-	cells := Cells(siteRuns())
-	entries := SiteEntries(cells, Rank(cells, DefaultTolerance), testSettings, nil)
-	var got []string
+	cells, ranked, as := siteRank(siteRuns())
+	entries := SiteEntries(cells, ranked, as, testSettings, nil)
+	got := map[string]string{}
+	var order []string
 	for _, e := range entries {
-		s := e.Workload + " " + e.Pair + " " + e.Verdict
+		s := e.Verdict
 		if e.Standout {
 			s += "*"
 		}
-		got = append(got, s)
+		got[e.Workload+" "+e.Pair] = s
+		order = append(order, e.Workload)
+		if (e.Verdict == VerdictBest || e.Verdict == VerdictWorst) != (e.Confidence != nil) {
+			t.Errorf("%s %s %s: confidence %v", e.Workload, e.Pair, e.Verdict, e.Confidence)
+		}
+		if e.Confidence != nil && *e.Confidence < DefaultConfidence {
+			t.Errorf("%s %s: confidence %v below the level", e.Workload, e.Pair, *e.Confidence)
+		}
+		if e.Conditions != "image raw, cache=none, host device loop, tcg guest, fio 90 s runs" {
+			t.Errorf("conditions %q", e.Conditions)
+		}
 	}
-	want := "mail ext4/xfs best|mail ext4/ext4 best|mail xfs/xfs worst*|fileserver xfs/xfs contested|fileserver ext4/xfs contested"
-	if strings.Join(got, "|") != want {
-		t.Fatalf("entries\n got %s\nwant %s", strings.Join(got, "|"), want)
+	want := map[string]string{
+		"mail ext4/xfs": "best", "mail ext4/ext4": "best", "mail xfs/ext4": "not_distinguishable", "mail xfs/xfs": "worst*",
+		"fileserver ext4/xfs": "not_distinguishable", "fileserver xfs/xfs": "not_distinguishable",
 	}
-	e := entries[2]
-	// The last of xfs/xfs's three runs ended on 2026-11-21 (03:01 UTC).
+	if !reflect.DeepEqual(got, want) || strings.Join(order, " ") != "mail mail mail mail fileserver fileserver" {
+		t.Fatalf("entries\n got %v (%v)\nwant %v", got, order, want)
+	}
+	var e SiteEntry
+	for _, x := range entries {
+		if x.Workload == "mail" && x.Pair == "xfs/xfs" {
+			e = x
+		}
+	}
 	if e.Date != "2026-11-21" {
 		t.Errorf("date %q", e.Date)
 	}
 	for k, v := range map[string]float64{
-		"throughput_bytes_per_second": 40e6, "throughput_min_bytes_per_second": 38e6, "throughput_max_bytes_per_second": 42e6,
 		"runs": 3, "rank": 4, "pairs_ranked": 4, "write_amplification_ratio": 1.25, "flush_latency_seconds": 0.002,
 	} {
 		approx(t, "xfs/xfs "+k, e.Measured[k], v)
 	}
-	if !strings.Contains(e.Note, "3 runs of tests/workload/jobs/mail.fio") || !strings.Contains(e.Note, "rank 4 of 4") {
+	if c := e.Measured["throughput_corrected_bytes_per_second"]; c < 36e6 || c > 44e6 {
+		t.Errorf("xfs/xfs corrected throughput %g, want about 40e6", c)
+	}
+	if lo, hi := e.Measured["throughput_corrected_low_bytes_per_second"], e.Measured["throughput_corrected_high_bytes_per_second"]; !(lo < hi) {
+		t.Errorf("xfs/xfs interval %g-%g", lo, hi)
+	}
+	if _, ok := e.Measured["minimum_detectable_difference_ratio"]; !ok {
+		t.Error("no minimum detectable difference")
+	}
+	if !strings.Contains(e.Note, "3 runs of tests/workload/jobs/mail.fio in randomized blocks (seed 20)") || !strings.Contains(e.Note, "rank 4 of 4") {
 		t.Errorf("note %q", e.Note)
+	}
+	for _, x := range entries {
+		if x.Workload == "fileserver" && !strings.Contains(x.Note, "residual degrees of freedom") {
+			t.Errorf("fileserver note does not say why: %q", x.Note)
+		}
 	}
 }
 
@@ -63,9 +123,8 @@ func TestSiteEntries(t *testing.T) {
 // result through rules/gen (`go run ./rules/gen`), then checks the
 // generated rules with promtool and counts the site's series in them.
 func TestSiteFile(t *testing.T) {
-	cells := Cells(siteRuns())
-	ranked := Rank(cells, DefaultTolerance)
-	entries := SiteEntries(cells, ranked, testSettings, nil)
+	cells, ranked, as := siteRank(siteRuns())
+	entries := SiteEntries(cells, ranked, as, testSettings, nil)
 	measured := map[string]bool{}
 	for w, rs := range ranked {
 		for _, r := range rs {
@@ -81,7 +140,7 @@ func TestSiteFile(t *testing.T) {
   pair: xfs/ext4
   verdict: best
   date: "2025-01-01"
-  note: measured between the groups now, so this goes
+  note: measured now, so this goes
 - workload: rfa
   pair: ext4/xfs
   verdict: worst
@@ -111,12 +170,19 @@ func TestSiteFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	figures := 0
+	figures, verdicts := 0, 0
 	for _, e := range got {
 		keys = append(keys, e.Workload+" "+e.Pair+" "+e.Verdict)
-		figures += len(e.Measured)
+		// rules/gen acts on best and worst entries (all at the level
+		// here) and on the old hand-written ones, not on
+		// not_distinguishable entries.
+		if e.Verdict != VerdictNotDistinguishable {
+			verdicts++
+			figures += len(e.Measured)
+		}
 	}
-	want := "rfa ext4/xfs worst|web ext4/xfs best|mail ext4/xfs best|mail ext4/ext4 best|mail xfs/xfs worst|fileserver xfs/xfs contested|fileserver ext4/xfs contested"
+	slices.Sort(keys[2:]) // the two groups of mail's best come in rank order
+	want := "rfa ext4/xfs worst|web ext4/xfs best|fileserver ext4/xfs not_distinguishable|fileserver xfs/xfs not_distinguishable|mail ext4/ext4 best|mail ext4/xfs best|mail xfs/ext4 not_distinguishable|mail xfs/xfs worst"
 	if strings.Join(keys, "|") != want {
 		t.Errorf("site file entries\n got %s\nwant %s", strings.Join(keys, "|"), want)
 	}
@@ -127,13 +193,13 @@ func TestSiteFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.SiteVerdicts != len(got) || sc.SiteFigures != figures {
-		t.Errorf("generated rules carry %d site verdicts and %d figures, want %d and %d", sc.SiteVerdicts, sc.SiteFigures, len(got), figures)
+	if sc.SiteVerdicts != verdicts || sc.SiteFigures != figures {
+		t.Errorf("generated rules carry %d site verdicts and %d figures, want %d and %d", sc.SiteVerdicts, sc.SiteFigures, verdicts, figures)
 	}
 
 	// The check has teeth: rules/gen refuses a verdict it does not know.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(bad, []byte(strings.Replace(string(b), "verdict: contested", "verdict: fine", 1)), 0o644)
+	os.WriteFile(bad, []byte(strings.Replace(string(b), "verdict: not_distinguishable", "verdict: fine", 1)), 0o644)
 	if _, err := CheckSite(ctx, "../..", "../../rules/kdb/pairs.yaml", bad); err == nil || !strings.Contains(err.Error(), "rules/gen refused") {
 		t.Errorf("a bad site file passed the check: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 
@@ -24,6 +25,16 @@ const (
 // holds runs made with other settings.
 var ErrSettingsChanged = errors.New("state holds runs made with other settings")
 
+// ErrLegacyState is returned by OpenStore for new runs in a state directory
+// made before the randomized blocks (its settings have no Method): its runs
+// were made pair by pair, without control runs, so they cannot be mixed
+// with blocked runs. -report-only still renders it; since no control runs
+// measured its drift, its report settles no verdict (verdict.go).
+var ErrLegacyState = errors.New("state made before randomized blocks and control runs")
+
+// newSeed draws the seed of a new state; a variable for the tests.
+var newSeed = func() int64 { return rand.Int64N(1<<53) + 1 }
+
 // Store is a state directory.
 type Store struct {
 	Dir      string
@@ -41,11 +52,13 @@ type runKey struct {
 	pair     string
 	workload workload.Workload
 	repeat   int
+	control  string
 }
 
 // OpenStore opens (creating) the state directory dir for runs made with
 // s. With s nil it opens an existing state read-only, with its settings
-// (for -report-only).
+// (for -report-only). A zero s.Seed takes the state's seed, or a new one
+// for a new state; s.Seed is set to the seed in use.
 func OpenStore(dir string, s *Settings) (*Store, error) {
 	st := &Store{Dir: dir, idx: map[runKey]int{}}
 	sp := filepath.Join(dir, settingsFile)
@@ -55,10 +68,19 @@ func OpenStore(dir string, s *Settings) (*Store, error) {
 		if err := json.Unmarshal(b, &st.Settings); err != nil {
 			return nil, fmt.Errorf("open state %s: %w", sp, err)
 		}
+		if s != nil && st.Settings.Method == "" {
+			return nil, fmt.Errorf("open state %s: %w: its runs were made pair by pair without control runs; use another -state for new runs, or -report-only to render it", dir, ErrLegacyState)
+		}
+		if s != nil && s.Seed == 0 {
+			s.Seed = st.Settings.Seed
+		}
 		if s != nil && *s != st.Settings {
 			return nil, fmt.Errorf("open state %s: %w: stored %+v, asked %+v; use the same flags or another -state", dir, ErrSettingsChanged, st.Settings, *s)
 		}
 	case errors.Is(err, os.ErrNotExist) && s != nil:
+		if s.Seed == 0 {
+			s.Seed = newSeed()
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create state %s: %w", dir, err)
 		}
@@ -123,7 +145,7 @@ func (st *Store) load(writable bool) error {
 }
 
 func (st *Store) put(r Run) {
-	k := runKey{r.Pair, r.Workload, r.Repeat}
+	k := runKey{r.Pair, r.Workload, r.Repeat, r.Control}
 	if i, ok := st.idx[k]; ok {
 		st.runs[i] = r
 		return
@@ -132,9 +154,9 @@ func (st *Store) put(r Run) {
 	st.runs = append(st.runs, r)
 }
 
-// Done reports whether the state holds the run.
-func (st *Store) Done(pair string, w workload.Workload, repeat int) bool {
-	_, ok := st.idx[runKey{pair, w, repeat}]
+// Done reports whether the state holds the job's run.
+func (st *Store) Done(j job) bool {
+	_, ok := st.idx[runKey{j.pair, j.workload, j.repeat, j.control}]
 	return ok
 }
 

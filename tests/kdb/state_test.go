@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ func quickOptions() *Options {
 		Pairs:     []string{"ext4/xfs", "xfs/xfs"},
 		Workloads: []workload.Workload{workload.Mail, workload.Fileserver},
 		Repeats:   2,
+		control:   controlCell{"ext4/xfs", workload.Mail},
 	}
 }
 
@@ -27,7 +29,8 @@ func jobNames(js []job) []string {
 }
 
 // TestResume: runs in the state are not made again, after a reopen too,
-// and the plan keeps its order (pair, then repeat, then workload).
+// and the plan keeps the blocks' order (schedule.go) from the recorded
+// seed.
 func TestResume(t *testing.T) {
 	dir := t.TempDir()
 	s := testSettings
@@ -37,22 +40,16 @@ func TestResume(t *testing.T) {
 	}
 	o := quickOptions()
 	pending, all := plan(o, st)
-	if all != 8 || len(pending) != 8 {
-		t.Fatalf("fresh state: %d pending of %d, want 8 of 8", len(pending), all)
+	full := schedule(o.Pairs, o.Workloads, 2, o.control, testSettings.Seed)
+	if all != 14 || !reflect.DeepEqual(pending, full) {
+		t.Fatalf("fresh state: plan %v of %d, want the schedule %v (14: 2 blocks of 4 cells and 3 controls)", jobNames(pending), all, jobNames(full))
 	}
-	want := []string{
-		"mail on ext4/xfs #1", "fileserver on ext4/xfs #1", "mail on ext4/xfs #2", "fileserver on ext4/xfs #2",
-		"mail on xfs/xfs #1", "fileserver on xfs/xfs #1", "mail on xfs/xfs #2", "fileserver on xfs/xfs #2",
+	// Make the first three runs, the 6th and one not asked for.
+	var done []Run
+	for _, j := range []job{full[0], full[1], full[2], full[5]} {
+		done = append(done, synthJobs([]job{j}, planted(nil), noDrift, 0, 0)[0])
 	}
-	if got := jobNames(pending); !reflect.DeepEqual(got, want) {
-		t.Fatalf("plan %v, want %v", got, want)
-	}
-	done := []Run{
-		synthRun("ext4/xfs", workload.Mail, 1, synth{bw: 1e6}),
-		synthRun("ext4/xfs", workload.Fileserver, 1, synth{bw: 2e6}),
-		synthRun("xfs/xfs", workload.Mail, 2, synth{bw: 3e6}),
-		synthRun("btrfs/btrfs", workload.Web, 1, synth{bw: 4e6}), // not asked for: kept, not planned
-	}
+	done = append(done, synthRun("btrfs/btrfs", workload.Web, 1, synth{bw: 4e6})) // not asked for: kept, not planned
 	for _, r := range done {
 		if err := st.Append(r); err != nil {
 			t.Fatal(err)
@@ -62,32 +59,79 @@ func TestResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(st.Runs()); n != 4 {
-		t.Fatalf("reopened state holds %d runs, want 4", n)
+	if n := len(st.Runs()); n != 5 {
+		t.Fatalf("reopened state holds %d runs, want 5", n)
 	}
 	pending, all = plan(o, st)
-	want = []string{"mail on ext4/xfs #2", "fileserver on ext4/xfs #2", "mail on xfs/xfs #1", "fileserver on xfs/xfs #1", "fileserver on xfs/xfs #2"}
-	if got := jobNames(pending); all != 8 || !reflect.DeepEqual(got, want) {
-		t.Errorf("after 3 of 8 runs: plan %v of %d, want %v of 8", got, all, want)
+	want := append(append([]job{}, full[3:5]...), full[6:]...)
+	if all != 14 || !reflect.DeepEqual(pending, want) {
+		t.Errorf("after 4 of 14 runs: plan %v of %d, want %v of 14", jobNames(pending), all, jobNames(want))
 	}
-	// A run read back gives the same figures as the one stored.
+	// A run read back gives the same figures as the one stored, and keeps
+	// whether it was a control.
 	for i, r := range st.Runs() {
-		if !reflect.DeepEqual(r.Metrics(), done[i].Metrics()) {
-			t.Errorf("run %d: figures changed through the state file:\n got %v\nwant %v", i, r.Metrics(), done[i].Metrics())
+		if !reflect.DeepEqual(r.Metrics(), done[i].Metrics()) || r.Control != done[i].Control {
+			t.Errorf("run %d: changed through the state file:\n got %v %q\nwant %v %q", i, r.Metrics(), r.Control, done[i].Metrics(), done[i].Control)
 		}
 	}
-	// More repeats later: only the new ones are planned.
+	if st.Runs()[0].Control != ControlStart {
+		t.Errorf("the first run is %q, want the start control", st.Runs()[0].Control)
+	}
+	// More repeats later: only the new block is planned.
 	st2, _ := OpenStore(dir, &s)
-	for _, j := range pending {
-		if err := st2.Append(synthRun(j.pair, j.workload, j.repeat, synth{bw: 1e6})); err != nil {
+	for _, r := range synthJobs(pending, planted(nil), noDrift, 0, 0) {
+		if err := st2.Append(r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	o.Repeats = 3
 	pending, _ = plan(o, st2)
-	want = []string{"mail on ext4/xfs #3", "fileserver on ext4/xfs #3", "mail on xfs/xfs #3", "fileserver on xfs/xfs #3"}
-	if got := jobNames(pending); !reflect.DeepEqual(got, want) {
-		t.Errorf("with -repeats 3: plan %v, want %v", got, want)
+	if want := schedule(o.Pairs, o.Workloads, 3, o.control, testSettings.Seed)[14:]; !reflect.DeepEqual(pending, want) {
+		t.Errorf("with -repeats 3: plan %v, want block 3 %v", jobNames(pending), jobNames(want))
+	}
+}
+
+// TestStoreSeed: a new state draws and records a seed; a rerun without
+// -seed takes it; another -seed on the same state is refused.
+func TestStoreSeed(t *testing.T) {
+	defer func(f func() int64) { newSeed = f }(newSeed)
+	newSeed = func() int64 { return 1234 }
+	dir := t.TempDir()
+	s := testSettings
+	s.Seed = 0
+	if _, err := OpenStore(dir, &s); err != nil || s.Seed != 1234 {
+		t.Fatalf("new state: %v, seed %d", err, s.Seed)
+	}
+	newSeed = func() int64 { return 99 }
+	again := testSettings
+	again.Seed = 0
+	st, err := OpenStore(dir, &again)
+	if err != nil || again.Seed != 1234 || st.Settings.Seed != 1234 {
+		t.Errorf("rerun: %v, seed %d", err, again.Seed)
+	}
+	other := testSettings
+	other.Seed = 5
+	if _, err := OpenStore(dir, &other); !errors.Is(err, ErrSettingsChanged) {
+		t.Errorf("another seed: got %v, want ErrSettingsChanged", err)
+	}
+}
+
+// TestLegacyState: a state written before the blocks (settings without a
+// method, runs without controls) is refused for new runs and read for
+// -report-only.
+func TestLegacyState(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, settingsFile), []byte(`{"format":"raw","cache":"none","runtime_seconds":90,"warmup_seconds":35,"interval_seconds":5,"storage":"loop"}`+"\n"), 0o644)
+	r := synthRun("ext4/xfs", workload.Mail, 1, synth{bw: 1e6})
+	b, _ := json.Marshal(r)
+	os.WriteFile(filepath.Join(dir, runsFile), append(b, '\n'), 0o644)
+	s := testSettings
+	if _, err := OpenStore(dir, &s); !errors.Is(err, ErrLegacyState) {
+		t.Errorf("new runs in a legacy state: got %v, want ErrLegacyState", err)
+	}
+	st, err := OpenStore(dir, nil)
+	if err != nil || len(st.Runs()) != 1 || st.Settings.Method != "" {
+		t.Errorf("read-only open of a legacy state: %v, %d runs", err, len(st.Runs()))
 	}
 }
 
@@ -121,7 +165,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if b, _ := os.ReadFile(p); string(b) != string(good) {
 		t.Errorf("the cut line was not cut off the file")
 	}
-	if st.Done("xfs/xfs", workload.Mail, 1) {
+	if st.Done(job{"xfs/xfs", workload.Mail, 1, ""}) {
 		t.Error("the cut run counts as done")
 	}
 	if err := st.Append(synthRun("xfs/xfs", workload.Mail, 1, synth{bw: 1e6})); err != nil {
@@ -131,7 +175,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Dropped != "" || len(st.Runs()) != 3 || !st.Done("xfs/xfs", workload.Mail, 1) {
+	if st.Dropped != "" || len(st.Runs()) != 3 || !st.Done(job{"xfs/xfs", workload.Mail, 1, ""}) {
 		t.Errorf("after the rerun: dropped %q, %d runs", st.Dropped, len(st.Runs()))
 	}
 

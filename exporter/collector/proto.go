@@ -1,0 +1,355 @@
+package collector
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// The protobuf exposition (application/vnd.google.protobuf;
+// proto=io.prometheus.client.MetricFamily; encoding=delimited), for the
+// scrapers that ask for it: Prometheus 3 with scrape_native_histograms,
+// Prometheus 2.40+ with --enable-feature=native-histograms, or any
+// Prometheus that lists PrometheusProto in scrape_protocols. It is the one
+// format that carries native histograms. As the text, the families are
+// encoded straight from the snapshot, through the walk of exposition.go:
+// the wire bytes of io.prometheus.client.MetricFamily (client_model's
+// metrics.proto) are appended by hand, each disk's label pairs encoded
+// once per scrape, rather than building a dto.Metric per series and
+// marshalling it (about 1 us a series where this takes tens of ns).
+
+// Histograms is how histograms are exposed to the protobuf scrapes (the
+// --histograms flag); a text scrape always gets classic histograms, as the
+// text format has no native ones.
+type Histograms int
+
+const (
+	// HistogramsClassic: classic buckets (_bucket{le}), in both formats.
+	HistogramsClassic Histograms = iota
+	// HistogramsNative: a native histogram, without classic buckets, to
+	// protobuf scrapes.
+	HistogramsNative
+	// HistogramsBoth: both in the same metric to protobuf scrapes, as
+	// client_golang writes a histogram that has both.
+	HistogramsBoth
+)
+
+var histogramsNames = []string{"classic", "native", "both"}
+
+func (h Histograms) String() string {
+	if int(h) < len(histogramsNames) {
+		return histogramsNames[h]
+	}
+	return fmt.Sprintf("Histograms(%d)", int(h))
+}
+
+// ParseHistograms reads a --histograms value.
+func ParseHistograms(s string) (Histograms, error) {
+	for i, n := range histogramsNames {
+		if s == n {
+			return Histograms(i), nil
+		}
+	}
+	return 0, fmt.Errorf("histograms=%s: want classic, native or both", s)
+}
+
+func (h Histograms) classic() bool { return h != HistogramsNative }
+func (h Histograms) native() bool  { return h != HistogramsClassic }
+
+// Field numbers of metrics.proto.
+const (
+	pbFamilyName, pbFamilyHelp, pbFamilyType, pbFamilyMetric protowire.Number = 1, 2, 3, 4
+	pbLabelName, pbLabelValue                                protowire.Number = 1, 2
+	pbMetricLabel, pbMetricGauge, pbMetricCounter            protowire.Number = 1, 2, 3
+	pbMetricHistogram                                        protowire.Number = 7
+	pbValue                                                  protowire.Number = 1 // Gauge.value, Counter.value
+
+	pbHistCount, pbHistSum, pbHistBucket protowire.Number = 1, 2, 3
+	pbHistSchema, pbHistZeroThreshold    protowire.Number = 5, 6
+	pbHistZeroCount                      protowire.Number = 7
+	pbHistNegSpan, pbHistNegDelta        protowire.Number = 9, 10
+	pbHistPosSpan, pbHistPosDelta        protowire.Number = 12, 13
+	pbBucketCount, pbBucketBound         protowire.Number = 1, 2
+	pbSpanOffset, pbSpanLength           protowire.Number = 1, 2
+)
+
+// MetricType values.
+var pbTypes = map[string]uint64{"counter": 0, "gauge": 1, "histogram": 4}
+
+// pbFamilyHeader is a MetricFamily's name, help and type fields.
+func pbFamilyHeader(name, help, typ string) []byte {
+	t, ok := pbTypes[typ]
+	if !ok {
+		panic("metric type " + typ)
+	}
+	b := protowire.AppendTag(nil, pbFamilyName, protowire.BytesType)
+	b = protowire.AppendString(b, name)
+	b = protowire.AppendTag(b, pbFamilyHelp, protowire.BytesType)
+	b = protowire.AppendString(b, help)
+	b = protowire.AppendTag(b, pbFamilyType, protowire.VarintType)
+	return protowire.AppendVarint(b, t)
+}
+
+// pbLabelPairs is the name, value pairs of nv as Metric.label fields,
+// values made valid UTF-8 as labelPairs makes them. Built once per disk
+// and scrape: sized first, so that it is one allocation and a copy.
+func pbLabelPairs(nv ...string) string {
+	pair := func(name, value string) int {
+		return protowire.SizeTag(pbLabelName) + protowire.SizeBytes(len(name)) +
+			protowire.SizeTag(pbLabelValue) + protowire.SizeBytes(len(value))
+	}
+	n := 0
+	for i := 0; i+1 < len(nv); i += 2 {
+		n += protowire.SizeTag(pbMetricLabel) + protowire.SizeBytes(pair(nv[i], validLabel(nv[i+1])))
+	}
+	b := make([]byte, 0, n)
+	for i := 0; i+1 < len(nv); i += 2 {
+		name, value := nv[i], validLabel(nv[i+1])
+		b = protowire.AppendTag(b, pbMetricLabel, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(pair(name, value)))
+		b = protowire.AppendTag(b, pbLabelName, protowire.BytesType)
+		b = protowire.AppendString(b, name)
+		b = protowire.AppendTag(b, pbLabelValue, protowire.BytesType)
+		b = protowire.AppendString(b, value)
+	}
+	return string(b)
+}
+
+// protoWriter writes the length-delimited MetricFamily messages. Each
+// family is built whole in fam (a message's length comes before it) and
+// written when the next one starts, so that memory is the largest family,
+// not the exposition; fam is pooled across scrapes. Errors stick as in
+// textWriter.
+type protoWriter struct {
+	dst  io.Writer
+	mode Histograms
+	cur  *family
+	n    int // metrics in fam
+	fam  *[]byte
+	hist []byte // one histogram, before its length is known
+	err  error
+}
+
+var pbFamBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+func newProtoWriter(dst io.Writer, mode Histograms) *protoWriter {
+	return &protoWriter{dst: dst, mode: mode, fam: pbFamBufs.Get().(*[]byte)}
+}
+
+// Write passes through encoded families (the registry's, encoded by
+// expfmt), after the family under way.
+func (t *protoWriter) Write(p []byte) (int, error) {
+	t.end()
+	t.write(p)
+	return len(p), nil
+}
+
+func (t *protoWriter) write(p []byte) {
+	if t.err == nil {
+		_, t.err = t.dst.Write(p)
+	}
+}
+
+// finish ends the family under way, gives back the buffer and returns the
+// first error: the writer is done.
+func (t *protoWriter) finish() error {
+	t.flush()
+	return t.err
+}
+
+func (t *protoWriter) flush() {
+	t.end()
+	if t.fam != nil {
+		*t.fam = (*t.fam)[:0]
+		pbFamBufs.Put(t.fam)
+		t.fam = nil
+	}
+}
+
+func (t *protoWriter) end() {
+	if t.cur != nil && t.n > 0 {
+		var l [binaryMaxVarint]byte
+		t.write(protowire.AppendVarint(l[:0], uint64(len(*t.fam))))
+		t.write(*t.fam)
+	}
+	t.cur, t.n = nil, 0
+}
+
+const binaryMaxVarint = 10
+
+func (t *protoWriter) family(f *family) {
+	t.end()
+	t.cur = f
+	*t.fam = append((*t.fam)[:0], f.pb...)
+}
+
+// metric appends a Metric field: labels, extra, then a field of body bytes
+// (a Counter, Gauge or Histogram message).
+func (t *protoWriter) metric(labels, extra lbl, field protowire.Number, body []byte) {
+	b := *t.fam
+	n := len(labels.pb) + len(extra.pb) + protowire.SizeTag(field) + protowire.SizeBytes(len(body))
+	b = protowire.AppendTag(b, pbFamilyMetric, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	b = append(b, labels.pb...)
+	b = append(b, extra.pb...)
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendBytes(b, body)
+	*t.fam = b
+	t.n++
+}
+
+func (t *protoWriter) float(f *family, labels, extra lbl, v float64) {
+	var body [9]byte
+	b := protowire.AppendTag(body[:0], pbValue, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, math.Float64bits(v))
+	field := pbMetricCounter
+	if f.gauge {
+		field = pbMetricGauge
+	}
+	t.metric(labels, extra, field, b)
+}
+
+func (t *protoWriter) uint(f *family, labels, extra lbl, v uint64) {
+	t.float(f, labels, extra, float64(v))
+}
+
+func (t *protoWriter) int(f *family, labels, extra lbl, v int64) {
+	t.float(f, labels, extra, float64(v))
+}
+
+// histogram writes a Histogram with the sum and count, then the classic
+// buckets (cumulative, the +Inf one left implicit as client_golang leaves
+// it), the native buckets, or both (t.mode).
+func (t *protoWriter) histogram(h *histFamily, labels, extra lbl, slots []uint64, sum float64) {
+	if !h.observed(slots, &t.err) {
+		return
+	}
+	var count uint64
+	for _, n := range slots {
+		count += n
+	}
+	b := protowire.AppendTag(t.hist[:0], pbHistCount, protowire.VarintType)
+	b = protowire.AppendVarint(b, count)
+	b = protowire.AppendTag(b, pbHistSum, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, math.Float64bits(sum))
+	if t.mode.classic() {
+		var cum uint64
+		for i, bound := range h.bounds {
+			cum += slots[i]
+			b = protowire.AppendTag(b, pbHistBucket, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(protowire.SizeTag(pbBucketCount)+protowire.SizeVarint(cum)+protowire.SizeTag(pbBucketBound)+8))
+			b = protowire.AppendTag(b, pbBucketCount, protowire.VarintType)
+			b = protowire.AppendVarint(b, cum)
+			b = protowire.AppendTag(b, pbBucketBound, protowire.Fixed64Type)
+			b = protowire.AppendFixed64(b, math.Float64bits(bound))
+		}
+	}
+	if t.mode.native() {
+		b = h.native.append(b, slots)
+	}
+	t.hist = b
+	t.metric(labels, extra, pbMetricHistogram, b)
+}
+
+// nativeLayout places the slots of a BPF histogram in the buckets of a
+// native histogram: each slot in the zero bucket or in one exponential
+// bucket, never split, so that a native histogram counts exactly what the
+// classic one does, with its boundaries where the layout says (disk.go
+// says where they are exact and where not).
+type nativeLayout struct {
+	schema        int32
+	zeroThreshold float64
+	zero          []int       // slots in the zero bucket
+	pos, neg      []slotIndex // slots in positive and negative buckets, by bucket index ascending
+}
+
+type slotIndex struct {
+	slot  int
+	index int32
+}
+
+// bucketBound is the upper bound of positive bucket index i in the
+// layout's schema (the negative one mirrors it): base^i, base =
+// 2^(2^-schema).
+func (l *nativeLayout) bucketBound(i int32) float64 {
+	return math.Exp2(math.Ldexp(float64(i), -int(l.schema)))
+}
+
+// append appends the native fields of a histogram of slots.
+func (l *nativeLayout) append(b []byte, slots []uint64) []byte {
+	b = protowire.AppendTag(b, pbHistSchema, protowire.VarintType)
+	b = protowire.AppendVarint(b, protowire.EncodeZigZag(int64(l.schema)))
+	b = protowire.AppendTag(b, pbHistZeroThreshold, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, math.Float64bits(l.zeroThreshold))
+	var zero uint64
+	for _, s := range l.zero {
+		zero += slots[s]
+	}
+	b = protowire.AppendTag(b, pbHistZeroCount, protowire.VarintType)
+	b = protowire.AppendVarint(b, zero)
+	b = appendBuckets(b, pbHistNegSpan, pbHistNegDelta, l.neg, slots)
+	b = appendBuckets(b, pbHistPosSpan, pbHistPosDelta, l.pos, slots)
+	return b
+}
+
+// maxSpanGap is the longest run of empty buckets kept inside a span (each
+// costs a one-byte delta) rather than starting a new span (four bytes or
+// more), as client_golang decides.
+const maxSpanGap = 2
+
+// appendBuckets appends the spans, then the count deltas, of the
+// non-empty buckets among order (the deltas run over every bucket the
+// spans cover, empty ones inside a span included).
+func appendBuckets(b []byte, spanField, deltaField protowire.Number, order []slotIndex, slots []uint64) []byte {
+	type span struct {
+		offset int32
+		length uint32
+	}
+	var spans [32]span   // no histogram has more slots
+	var counts [96]int64 // nor covers more buckets than 3 a slot
+	ns, nc := 0, 0
+	var last int32
+	for _, o := range order {
+		c := slots[o.slot]
+		if c == 0 {
+			continue
+		}
+		switch gap := o.index - last - 1; {
+		case ns == 0:
+			spans[0] = span{o.index, 1}
+			ns = 1
+		case gap <= maxSpanGap:
+			spans[ns-1].length += uint32(gap) + 1
+			for ; gap > 0; gap-- {
+				counts[nc] = 0
+				nc++
+			}
+		default:
+			spans[ns] = span{gap, 1}
+			ns++
+		}
+		counts[nc] = int64(c)
+		nc++
+		last = o.index
+	}
+	for _, s := range spans[:ns] {
+		off := protowire.EncodeZigZag(int64(s.offset))
+		b = protowire.AppendTag(b, spanField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(pbSpanOffset)+protowire.SizeVarint(off)+
+			protowire.SizeTag(pbSpanLength)+protowire.SizeVarint(uint64(s.length))))
+		b = protowire.AppendTag(b, pbSpanOffset, protowire.VarintType)
+		b = protowire.AppendVarint(b, off)
+		b = protowire.AppendTag(b, pbSpanLength, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(s.length))
+	}
+	var prev int64
+	for _, c := range counts[:nc] {
+		b = protowire.AppendTag(b, deltaField, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeZigZag(c-prev))
+		prev = c
+	}
+	return b
+}
