@@ -163,6 +163,7 @@ func dirtyPass(mem []byte, v byte, at int) (err error) {
 	}
 	return nil
 }
+
 // invalidateFailures counts iomap_dio_invalidate_fail events (a direct
 // write falling back to buffered I/O) from now on, in a trace instance of
 // its own; the function it returns gives the count so far, -1 when tracefs
