@@ -144,10 +144,12 @@ validate:
 	flock /var/tmp/fspair-lab.lock $(GO) test -tags validate -count=1 -v -timeout 4h ./tests/validate/ -run 'TestValidateFull$$'
 
 # The pair lab (tests/kdb): the knowledge base's best/worst pairs re-derived on
-# this machine, 9 guest/host pairs x 4 workloads x 3 repeats (about 3 hours);
-# KDB_SIZE=quick is the CI matrix (about 8 minutes). It writes a site file for
-# rules/gen and a report, takes the lab lock pair by pair itself, and resumes
-# after an interruption. More flags in KDB_FLAGS, e.g. -out docs/kdb, or on a
+# this machine, 9 guest/host pairs x 4 workloads in 3 randomized blocks with
+# control runs against drift (117 runs, about 3 h 10 min); KDB_SIZE=quick is
+# the CI matrix (14 runs, about 6-8 minutes), too small to settle a verdict.
+# It writes a site file for rules/gen (only verdicts the bootstrap settles) and
+# a report, takes the lab lock pair by pair itself, and resumes after an
+# interruption. More flags in KDB_FLAGS, e.g. -out docs/kdb, or on a
 # real host -hostdir ext4=/srv/ext4,xfs=/srv/xfs,btrfs=/srv/btrfs (see tests/kdb/README.md).
 KDB_SIZE ?= full
 KDB_FLAGS ?=

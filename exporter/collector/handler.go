@@ -87,9 +87,9 @@ type Handler struct {
 	// collectHook, if set, runs at the start of each collection (tests).
 	collectHook func()
 
-	snapshots sync.Pool                // *snapshot, so that the rows are not allocated again each collection
+	snapshots spares[snapshot]         // so that the rows are not allocated again each collection
 	gzips     sync.Pool                // *gzip.Writer
-	bodies    sync.Pool                // *bytes.Buffer, compressed responses
+	bodies    spares[bytes.Buffer]     // compressed responses
 	gzipSize  [numFormats]atomic.Int64 // length of the last compressed response held, by format
 }
 
@@ -106,6 +106,7 @@ func NewHandler(g prometheus.Gatherer, inv HostLister, counters CounterReader, h
 		return nil, fmt.Errorf("histograms %s: want classic, native or both", opts.Histograms)
 	}
 	h := &Handler{gatherer: g, inv: inv, counters: counters, host: host, opts: opts, logger: opts.Logger}
+	h.snapshots.max, h.bodies.max = 1, int(numFormats)
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -346,10 +347,7 @@ func (h *Handler) collect(c *collection) {
 	if h.collectHook != nil {
 		h.collectHook()
 	}
-	s, _ := h.snapshots.Get().(*snapshot)
-	if s == nil {
-		s = &snapshot{}
-	}
+	s := h.snapshots.get()
 	c.s = s
 	s.read(h.inv, h.counters, h.host)
 	s.readGuest(h.opts.Guest)
@@ -385,11 +383,11 @@ func (h *Handler) release(c *collection) {
 		return
 	}
 	if c.s != nil {
-		h.snapshots.Put(c.s)
+		h.snapshots.put(c.s)
 	}
 	for _, b := range c.gz {
 		if b != nil {
-			h.bodies.Put(b)
+			h.bodies.put(b)
 		}
 	}
 }
@@ -430,10 +428,7 @@ func (c *collection) render(w io.Writer, f format, mode Histograms) error {
 func (c *collection) gzipped(h *Handler, f format) ([]byte, error) {
 	c.gzOnce[f].Do(func() {
 		c.gzErr[f] = errCollectionAborted
-		buf, _ := h.bodies.Get().(*bytes.Buffer)
-		if buf == nil {
-			buf = &bytes.Buffer{}
-		}
+		buf := h.bodies.get()
 		buf.Reset()
 		// Sized for the last body, so that it is not grown (and
 		// copied) a dozen times from empty.

@@ -553,3 +553,27 @@ func TestLinuxAIOUntimed(t *testing.T) {
 		t.Errorf("untimed linux-aio: %d requests left in flight, want 0", n)
 	}
 }
+
+// TestLookupIntoChecksSize: the counter reads copy the kernel's value
+// straight into Go memory, so a Go type of another size than the map's
+// values must be refused before the kernel writes past it; the right one
+// reads.
+func TestLookupIntoChecksSize(t *testing.T) {
+	p := load(t, testModes(t)[0])
+	var short [8]byte
+	if err := lookupInto(p.objs.DiskStats, 0, &short); err == nil {
+		t.Error("an 8-byte destination for the disk counters was accepted")
+	}
+	var c bpf.DiskCounters
+	if err := lookupInto(p.objs.DiskStats, 0, &c); err != nil {
+		t.Errorf("disk counters: %v", err)
+	}
+	var h bpf.HostImageDeviceCounters
+	if err := lookupInto(p.host.ImageDeviceStats, 0, &h); err != nil {
+		t.Errorf("image device counters: %v", err)
+	}
+	var d bpf.HostDeviceCounters
+	if err := lookupInto(p.host.DeviceStats, 0, &d); err != nil {
+		t.Errorf("device counters: %v", err)
+	}
+}
