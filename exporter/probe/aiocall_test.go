@@ -130,6 +130,12 @@ func dirtyWhile(t *testing.T, f *os.File, size int, fn func()) {
 	var faults int
 	var first error
 	done := make(chan struct{})
+	// The writer stops before the mapping goes, also when fn ends the
+	// test (t.Fatal): writing on into unmapped memory killed a CI run.
+	defer func() {
+		stop.Store(true)
+		<-done
+	}()
 	go func() {
 		runtime.LockOSThread()
 		defer close(done)

@@ -377,6 +377,11 @@ func aioRoundAt(t *testing.T, fd int, opcode uint16, n, size int, off func(int) 
 	got := 0
 	for got < n {
 		r, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, ctx, 1, uintptr(n-got), uintptr(unsafe.Pointer(&events[got])), 0, 0)
+		if e == unix.EINTR {
+			// A signal (the Go runtime preempts its threads with
+			// SIGURG) ended the wait early: wait again.
+			continue
+		}
 		if e != 0 {
 			t.Fatalf("io_getevents: %v", e)
 		}
