@@ -49,6 +49,7 @@ func (v varFlags) Set(s string) error {
 type walkFacts struct {
 	liveClasses map[string]bool   // the disks' live workload classes at the end of the range
 	domainClass map[string]string // each domain's live classes, joined by commas
+	domainAIO   map[string]string // each domain's disks' aio modes (fspair_disk_info), joined by commas
 	selections  []string          // per dashboard: its variables' values
 }
 
@@ -73,6 +74,7 @@ type emptyReason struct {
 
 var (
 	fleetSeries = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
+	domainMatch = regexp.MustCompile(`\bdomain="([^"]*)"`)
 )
 
 // expectedEmpty is the short list of queries that cannot return data on
@@ -100,6 +102,22 @@ var expectedEmpty = []emptyReason{
 				return ""
 			}
 			return fmt.Sprintf("no disk's live class is %s", class)
+		},
+	},
+	{
+		summary: "io_uring punts of a disk whose aio mode is not io_uring: the exporter leaves out " +
+			"fspair_disk_io_uring_punted_total while it is 0 on disks of another aio mode (README, Metrics); " +
+			"the demo's VMs run aio=native and aio=threads",
+		why: func(q Query, f walkFacts) string {
+			m := domainMatch.FindStringSubmatch(q.Expr)
+			if !strings.Contains(q.Template, "fspair_disk_io_uring_punted_total") || m == nil {
+				return ""
+			}
+			aio := f.domainAIO[m[1]]
+			if aio == "" || strings.Contains(aio, "io_uring") || strings.Contains(aio, "unknown") {
+				return ""
+			}
+			return fmt.Sprintf("%s runs aio=%s: no io_uring punts", m[1], aio)
 		},
 	},
 	{
@@ -283,7 +301,7 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 	w := Window{End: time.Now(), Range: *walkRange, Scrape: *walkScrape}
 	// The classes the disks have now: a copy for a class one disk had a
 	// while ago may miss the fleet group's evaluations of it.
-	facts = walkFacts{liveClasses: map[string]bool{}, domainClass: map[string]string{}}
+	facts = walkFacts{liveClasses: map[string]bool{}, domainClass: map[string]string{}, domainAIO: map[string]string{}}
 	classes, err := instantQuery(ctx, *walkProm, `group by (domain, class) (domain_disk:fspair_workload_class:info)`, w.End)
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +313,17 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 			facts.domainClass[d] += ","
 		}
 		facts.domainClass[d] += s.Metric["class"]
+	}
+	modes, err := instantQuery(ctx, *walkProm, `group by (domain, aio) (fspair_disk_info)`, w.End)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range modes.Data.Result {
+		d := s.Metric["domain"]
+		if facts.domainAIO[d] != "" {
+			facts.domainAIO[d] += ","
+		}
+		facts.domainAIO[d] += s.Metric["aio"]
 	}
 	for _, d := range ds {
 		o, err := Open(ctx, *walkProm, d, w, walkVars)
