@@ -11,6 +11,12 @@
 //
 //	go run ./rules/bench -disks 2000 -warmup 65m
 //
+// -rules rules/fleet loads the fleet's split (the per-host file and the one
+// Thanos Ruler evaluates) and reports their groups apart (name@file): the
+// Ruler's groups are the ones that run over every disk of a fleet. -queries
+// times single PromQL expressions on a server without rules instead (what one
+// rule's parts cost per series), and -hold keeps it up for ad-hoc queries.
+//
 // The long-window rules read an hour of their own history; with a warm-up
 // shorter than the long window they read less and cost less than in steady
 // state, which the report says.
@@ -25,13 +31,16 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fspair/fspair/tests/alerting"
@@ -172,7 +181,7 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval time.Duration) (*server, error) {
+func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval time.Duration, extra []string) (*server, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -197,8 +206,9 @@ func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval
 	if err != nil {
 		return nil, fmt.Errorf("create log: %w", err)
 	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(d, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(d, "data"), "--web.listen-address="+addr)
+	args := append([]string{"--config.file=" + filepath.Join(d, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(d, "data"), "--web.listen-address=" + addr}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s (install the Debian package prometheus): %w", bin, err)
@@ -260,6 +270,7 @@ func (s *server) groups() (groupTimes, error) {
 		Data struct {
 			Groups []struct {
 				Name           string  `json:"name"`
+				File           string  `json:"file"`
 				Interval       float64 `json:"interval"`
 				EvaluationTime float64 `json:"evaluationTime"`
 				Rules          []struct {
@@ -275,7 +286,16 @@ func (s *server) groups() (groupTimes, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		return g, fmt.Errorf("decode rules: %w", err)
 	}
+	seen := map[string]int{}
 	for _, gr := range r.Data.Groups {
+		seen[gr.Name]++
+	}
+	for _, gr := range r.Data.Groups {
+		// The fleet's two files (rules/fleet) share group names: their
+		// file tells them apart.
+		if seen[gr.Name] > 1 {
+			gr.Name += "@" + strings.TrimSuffix(filepath.Base(gr.File), ".rules.yml")
+		}
 		for i, rule := range gr.Rules {
 			if rule.Health == "err" {
 				return g, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, gr.Name, rule.LastError)
@@ -323,6 +343,9 @@ func run() int {
 		scrape   = flag.Duration("scrape", 15*time.Second, "scrape interval")
 		eval     = flag.Duration("eval", time.Minute, "rule evaluation interval")
 		buckets  = flag.Bool("buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
+		extra    = flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
+		queries  = flag.String("queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop")
+		hold     = flag.Bool("hold", false, "after the warm-up, keep the server with rules up for ad-hoc PromQL (its URL printed) until interrupted, and measure nothing")
 	)
 	flag.Parse()
 	if *bin == "" {
@@ -333,14 +356,29 @@ func run() int {
 		}
 		*bin = p
 	}
-	if err := bench(*disks, *bin, *rulesDir, *warmup, *samples, *scrape, *eval, *buckets); err != nil {
+	if err := bench(*disks, *bin, *rulesDir, *warmup, *samples, *scrape, *eval, *buckets, *hold, *queries, strings.Fields(*extra)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
 	return 0
 }
 
-func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, scrape, eval time.Duration, buckets bool) error {
+func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, scrape, eval time.Duration, buckets, hold bool, queries string, extra []string) error {
+	var exprs []string
+	if queries != "" {
+		b, err := os.ReadFile(queries)
+		if err != nil {
+			return fmt.Errorf("read queries: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				exprs = append(exprs, l)
+			}
+		}
+		if len(exprs) == 0 {
+			return fmt.Errorf("%s has no query", queries)
+		}
+	}
 	ruleFiles, err := filepath.Glob(filepath.Join(rulesDir, "*.rules.yml"))
 	if err != nil || len(ruleFiles) == 0 {
 		return fmt.Errorf("no *.rules.yml in %s: run from the repository root or pass -rules", rulesDir)
@@ -384,19 +422,32 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 	defer srv.Shutdown(context.Background())
 	target := l.Addr().String()
 
-	with, err := startPrometheus(bin, dir, "with-rules", target, ruleFiles, scrape, eval)
+	if len(exprs) > 0 {
+		// Timed alone: no rule evaluation competes with the queries.
+		ruleFiles = nil
+	}
+	with, err := startPrometheus(bin, dir, "with-rules", target, ruleFiles, scrape, eval, extra)
 	if err != nil {
 		return err
 	}
 	defer with.stop()
-	without, err := startPrometheus(bin, dir, "without-rules", target, nil, scrape, eval)
+	if hold {
+		return holdOpen(with, warmup)
+	}
+	if len(exprs) > 0 {
+		return timeQueries(with, disks, warmup, exprs)
+	}
+	without, err := startPrometheus(bin, dir, "without-rules", target, nil, scrape, eval, extra)
 	if err != nil {
 		return err
 	}
 	defer without.stop()
 
-	fmt.Printf("# fspair rules bench %s: %d disks, scrape %s, evaluation %s, warm-up %s, %d evaluations measured\n",
-		time.Now().UTC().Format(time.RFC3339), disks, scrape, eval, warmup, samples)
+	fmt.Printf("# fspair rules bench %s: %d disks, rules %s, scrape %s, evaluation %s, warm-up %s, %d evaluations measured\n",
+		time.Now().UTC().Format(time.RFC3339), disks, strings.Join(relPaths(ruleFiles), " "), scrape, eval, warmup, samples)
+	if len(extra) > 0 {
+		fmt.Printf("# prometheus flags: %s\n", strings.Join(extra, " "))
+	}
 	for waited := time.Duration(0); waited < warmup; waited += time.Minute {
 		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, warmup)
 		time.Sleep(min(time.Minute, warmup-waited))
@@ -457,6 +508,73 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 	if warmup < time.Hour {
 		fmt.Println("note: warm-up shorter than 1h: the long-window rules read less history than in steady state")
 	}
+	return nil
+}
+
+// timeQueries waits out the warm-up and prints each expression's evaluation
+// time as the server measures it (stats evalTotalTime, median of 3 runs),
+// its result's series and the time per result series.
+func timeQueries(s *server, disks int, warmup time.Duration, exprs []string) error {
+	time.Sleep(warmup)
+	fmt.Printf("# query times at %d disks after %s (evalTotalTime, median of 3)\n", disks, warmup)
+	for _, e := range exprs {
+		var times []float64
+		n := 0
+		for i := 0; i < 3; i++ {
+			resp, err := http.Get(s.url + "/api/v1/query?stats=all&query=" + url.QueryEscape(e))
+			if err != nil {
+				return fmt.Errorf("query %s: %w", e, err)
+			}
+			var r struct {
+				Status string `json:"status"`
+				Error  string `json:"error"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+					Stats  struct {
+						Timings struct {
+							EvalTotalTime float64 `json:"evalTotalTime"`
+						} `json:"timings"`
+					} `json:"stats"`
+				} `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if err != nil {
+				return fmt.Errorf("decode %s: %w", e, err)
+			}
+			if r.Status != "success" {
+				return fmt.Errorf("query %s: %s", e, r.Error)
+			}
+			n = len(r.Data.Result)
+			times = append(times, r.Data.Stats.Timings.EvalTotalTime)
+		}
+		m := median(times)
+		fmt.Printf("%8.1f ms %7d series %6.2f us a series  %s\n", m*1000, n, m*1e6/float64(max(n, 1)), e)
+	}
+	return nil
+}
+
+// relPaths shortens absolute rule file paths to the working directory's.
+func relPaths(files []string) []string {
+	wd, _ := os.Getwd()
+	out := make([]string, len(files))
+	for i, f := range files {
+		if r, err := filepath.Rel(wd, f); err == nil {
+			f = r
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// holdOpen waits out the warm-up, prints the server's URL and keeps it up
+// until the process is interrupted: a loaded Prometheus to time queries on.
+func holdOpen(s *server, warmup time.Duration) error {
+	time.Sleep(warmup)
+	fmt.Printf("prometheus with rules at %s (data in %s); interrupt to stop\n", s.url, s.name)
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	<-stop
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -59,5 +62,33 @@ func TestExpositionCoversRules(t *testing.T) {
 func TestMedian(t *testing.T) {
 	if m := median([]float64{3, 1, 2}); m != 2 {
 		t.Errorf("median = %v, want 2", m)
+	}
+}
+
+// TestGroupsApartByFile checks that groups of the same name in two rule
+// files (the fleet's split) are reported apart, and a unique name as is.
+func TestGroupsApartByFile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"status":"success","data":{"groups":[
+ {"name":"fspair.guest","file":"/x/fleet/fspair-host.rules.yml","interval":60,"evaluationTime":0.5,"rules":[{"name":"a","health":"ok","evaluationTime":0.4}]},
+ {"name":"fspair.guest","file":"/x/fleet/fspair-fleet.rules.yml","interval":60,"evaluationTime":0.2,"rules":[{"name":"b","health":"ok","evaluationTime":0.1}]},
+ {"name":"fspair.fleet","file":"/x/fleet/fspair-fleet.rules.yml","interval":180,"evaluationTime":0.3,"rules":[]}]}}`)
+	}))
+	defer srv.Close()
+	g, err := (&server{url: srv.URL}).groups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"fspair.guest@fspair-host": 0.5, "fspair.guest@fspair-fleet": 0.2, "fspair.fleet": 0.3}
+	if len(g.group) != len(want) {
+		t.Errorf("groups %v, want %v", g.group, want)
+	}
+	for k, v := range want {
+		if g.group[k] != v {
+			t.Errorf("group %s: %v, want %v (all: %v)", k, g.group[k], v, g.group)
+		}
+	}
+	if g.rule["fspair.guest@fspair-fleet/00 b"] != 0.1 || g.interval["fspair.fleet"] != 180 {
+		t.Errorf("rules %v, intervals %v", g.rule, g.interval)
 	}
 }

@@ -457,3 +457,61 @@ func TestMainWritesFiles(t *testing.T) {
 		t.Errorf("error output %q does not name the bad flag", &stderr)
 	}
 }
+
+// TestLongWindowRead checks that everything the long-window groups record is
+// read: by another rule or alert, or by a dashboard. The long window is the
+// costly half of the rule set at scale, so it records nothing for no reader.
+func TestLongWindowRead(t *testing.T) {
+	var readers []string
+	for _, f := range ruleFiles {
+		var rf ruleFileYAML
+		loadYAML(t, filepath.Join("..", f), &rf)
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				readers = append(readers, r.Expr)
+			}
+		}
+	}
+	boards, err := filepath.Glob("../../dashboards/*.json")
+	if err != nil || len(boards) == 0 {
+		t.Fatalf("no dashboards found (%v)", err)
+	}
+	for _, b := range boards {
+		body, err := os.ReadFile(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, string(body))
+	}
+	var rf ruleFileYAML
+	loadYAML(t, "../fspair.rules.yml", &rf)
+	long := 0
+	for _, g := range rf.Groups {
+		if !strings.HasSuffix(g.Name, ".long") {
+			continue
+		}
+		for _, r := range g.Rules {
+			long++
+			read := regexp.MustCompile(regexp.QuoteMeta(r.Record) + `\b`)
+			n := 0
+			for _, e := range readers {
+				n += len(read.FindAllStringIndex(e, -1))
+			}
+			if n == 0 {
+				t.Errorf("%s (group %s) is recorded but read by no rule, alert or dashboard", r.Record, g.Name)
+			}
+		}
+	}
+	if long == 0 {
+		t.Fatal("no long-window groups found")
+	}
+	committedRules, err := os.ReadFile("../fspair.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range longFeatures {
+		if !strings.Contains(string(committedRules), "record: "+name+"1h\n") {
+			t.Errorf("longFeatures names %s, which no long-window rule records", name)
+		}
+	}
+}

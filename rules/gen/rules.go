@@ -64,6 +64,9 @@ func rec(w window, name, expr, comment string, labels ...[2]string) Rule {
 type baseRate struct {
 	name, metric, selector, by, comment string
 	labels                              [][2]string
+	// shortOnly rates feed only short-window features (the workload class,
+	// the flush cost): the long window leaves them out (see longKept).
+	shortOnly bool
 }
 
 var baseRates = []baseRate{
@@ -71,13 +74,13 @@ var baseRates = []baseRate{
 		comment: "Requests completed per second on the image file, by operation."},
 	{name: "domain_disk:fspair_disk_bytes", metric: "fspair_disk_bytes_total", selector: `op=~"read|write"`, by: "${disk}, op",
 		comment: "Bytes read and written per second on the image file."},
-	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_random_requests_total", by: "${disk}, op",
+	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_random_requests_total", by: "${disk}, op", shortOnly: true,
 		labels:  [][2]string{{"pattern", "random"}},
 		comment: "Random reads and writes per second (pattern=random): not continuing one of the last 16 requests."},
-	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_sequential_requests_total", by: "${disk}, op",
+	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_sequential_requests_total", by: "${disk}, op", shortOnly: true,
 		labels:  [][2]string{{"pattern", "sequential"}},
 		comment: "Sequential reads and writes per second (pattern=sequential)."},
-	{name: "domain_disk:fspair_disk_sync_writes", metric: "fspair_disk_sync_writes_total", by: "${disk}",
+	{name: "domain_disk:fspair_disk_sync_writes", metric: "fspair_disk_sync_writes_total", by: "${disk}", shortOnly: true,
 		comment: "Writes per second that had to be durable: O_DSYNC, or covered by a flush of at most 4 writes."},
 	{name: "domain_disk:fspair_disk_stage_seconds_sum", metric: "fspair_disk_stage_seconds_sum", selector: `stage=~"file|device"`, by: "${disk}, stage, op",
 		comment: "Latency seconds per second by stage: file (the image-file request) and device (host device service)."},
@@ -89,10 +92,10 @@ var baseRates = []baseRate{
 		comment: "Flushes timed per second on the image file."},
 	{name: "domain_disk:fspair_disk_device_bytes", metric: "fspair_disk_device_bytes_total", by: "${disk}, op",
 		comment: "Bytes per second the host block device moved for this disk's image data."},
-	{name: "domain_disk:fspair_disk_flush_device_write_bytes", metric: "fspair_disk_flush_device_write_bytes_total", by: "${disk}",
+	{name: "domain_disk:fspair_disk_flush_device_write_bytes", metric: "fspair_disk_flush_device_write_bytes_total", by: "${disk}", shortOnly: true,
 		comment: "Host device write bytes per second caused by the disk's flushes, data and journal together " +
 			"(all sources and kinds). An exporter without the counter records nothing here and nothing else breaks."},
-	{name: "domain_disk:fspair_disk_flush_device_cache_flushes", metric: "fspair_disk_flush_device_cache_flushes_total", by: "${disk}",
+	{name: "domain_disk:fspair_disk_flush_device_cache_flushes", metric: "fspair_disk_flush_device_cache_flushes_total", by: "${disk}", shortOnly: true,
 		comment: "Host device cache flushes per second caused by the disk's flushes."},
 	{name: "host_device:fspair_host_device_bytes", metric: "fspair_host_device_bytes_total", selector: `op="write"`, by: "instance, host_device, host_fs, kind, op",
 		comment: "Bytes per second the host block device wrote, by kind: data (tracked images), metadata (journal and " +
@@ -102,6 +105,9 @@ var baseRates = []baseRate{
 func baseRules(short, w window, long bool) []Rule {
 	var out []Rule
 	for _, b := range baseRates {
+		if long && b.shortOnly {
+			continue
+		}
 		name := b.name + ":rate${w}"
 		var expr string
 		if !long {
@@ -304,6 +310,34 @@ or on (${dev})
 		"Contention: VM disks on the host device doing at least activity.active_iops requests per second (0 when none).")
 }
 
+// longFeatures are the derived series the long window records: those that
+// the fleet view, the alerts and the dashboards read (rules/gen's tests check
+// that every one has a reader). The other features (shares, operation mix,
+// sync share, flush cost) drive the live class and the short-window panels
+// only; over the long window they cost most of the rule set's time at scale
+// (rules/README.md, Cost) and were read by nothing, so they are not recorded.
+// Ad-hoc queries over an hour derive them from the long-window rates.
+var longFeatures = map[string]bool{
+	"domain_disk:fspair_disk_request_size_bytes:mean":        true,
+	"domain_disk:fspair_disk_host_metadata_write_bytes:rate": true,
+	"domain_disk:fspair_write_amplification:ratio_rate":      true,
+	"domain_disk:fspair_disk_stage_seconds:mean":             true,
+	"domain_disk:fspair_hostfs_latency_overhead:ratio_rate":  true,
+	"domain_disk:fspair_disk_request_duration_seconds:mean":  true,
+	"host_device:fspair_write_amplification:ratio_rate":      true,
+}
+
+// longKept keeps the rules of window w whose series are longFeatures.
+func longKept(w window, rules []Rule) []Rule {
+	var out []Rule
+	for _, r := range rules {
+		if longFeatures[strings.TrimSuffix(r.Record, w.name)] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // longInterval is how often the long-window groups are evaluated: a
 // twentieth of the long window (3m for 1h). Their series move slowly, and at
 // 2,000 disks they are about half the cost of the rule set (rules/README.md,
@@ -316,7 +350,7 @@ func longInterval(l window) string {
 func recordingFile(p *Params) File {
 	s, l := p.Short, p.Long
 	disk := append(baseRules(s, s, false), featureRules(s)...)
-	diskLong := append(baseRules(s, l, true), featureRules(l)...)
+	diskLong := append(baseRules(s, l, true), longKept(l, featureRules(l))...)
 	eff := append(efficiencyRules(s, p.T), activeDisksRule(s, p.T))
 	li := longInterval(l)
 	return File{
@@ -329,7 +363,7 @@ func recordingFile(p *Params) File {
 				Comment: fmt.Sprintf("Per-disk rates and workload features over the long window (%s), evaluated every %s.", l.name, li)},
 			{Name: "fspair.efficiency", Rules: eff,
 				Comment: "Pair efficiency per disk and per host device over the short window: write amplification, host-FS latency overhead, flush cost, contention."},
-			{Name: "fspair.efficiency.long", Rules: efficiencyRules(l, p.T), Interval: li,
+			{Name: "fspair.efficiency.long", Rules: longKept(l, efficiencyRules(l, p.T)), Interval: li,
 				Comment: fmt.Sprintf("Pair efficiency over the long window (%s), evaluated every %s: what the fleet view and the efficiency alerts compare.", l.name, li)},
 			{Name: "fspair.guest", Rules: guestRules(s, p.T),
 				Comment: fmt.Sprintf("The guest path over the short window (%s): guest requests against image-file requests (merge ratio, flushes elided, sizes before and after merging), latency by layer from the guest to the device, and the fleet by pair, aio and cache mode.", s.name)},
