@@ -397,7 +397,22 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 			devT := sumDelta("fspair_disk_stage_seconds", map[string]string{"op": op.name, "stage": "device"})
 			line += fmt.Sprintf("; host queue %.4fs, device %.4fs", queueT, devT)
 			if direct && queueT+devT > 1.05*fileT {
-				t.Errorf("layers (%s): direct I/O, but host queue + device exceed the image-file time by more than 5%%", line)
+				// The probe's own losses over the jobs, to tell a missed
+				// completion (the request counted untimed) from a wrong
+				// attribution.
+				drops := ""
+				for _, reason := range []string{"completion_unseen", "request_untimed", "inflight_full"} {
+					k := map[string]string{"reason": reason}
+					var n0, n1 float64
+					for _, m := range s0.series("fspair_probe_events_dropped_total", k) {
+						n0 += m.GetCounter().GetValue()
+					}
+					for _, m := range s1.series("fspair_probe_events_dropped_total", k) {
+						n1 += m.GetCounter().GetValue()
+					}
+					drops += fmt.Sprintf(" %s +%.0f", reason, n1-n0)
+				}
+				t.Errorf("layers (%s): direct I/O, but host queue + device exceed the image-file time by more than 5%%; probe drops over the jobs:%s", line, drops)
 			}
 		} else if d.aio != "io_uring" {
 			// strace times each call from outside, its own stops and
