@@ -333,40 +333,54 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
+// options are the bench's flags.
+type options struct {
+	disks, samples       int
+	bin, rulesDir        string
+	warmup, scrape, eval time.Duration
+	buckets, hold        bool
+	queries              string
+	extra                []string
+}
+
 func run() int {
-	var (
-		disks    = flag.Int("disks", 2000, "synthetic VM disks (100 per host device)")
-		bin      = flag.String("prometheus", "", "Prometheus binary (default: the pinned one of deploy/versions.env, scripts/promstack.sh)")
-		rulesDir = flag.String("rules", "rules", "directory with the generated rule files")
-		warmup   = flag.Duration("warmup", 15*time.Minute, "scrape and evaluate this long before measuring (>= the long window for steady state)")
-		samples  = flag.Int("samples", 5, "evaluations to measure")
-		scrape   = flag.Duration("scrape", 15*time.Second, "scrape interval")
-		eval     = flag.Duration("eval", time.Minute, "rule evaluation interval")
-		buckets  = flag.Bool("buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
-		extra    = flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
-		queries  = flag.String("queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop")
-		hold     = flag.Bool("hold", false, "after the warm-up, keep the server with rules up for ad-hoc PromQL (its URL printed) until interrupted, and measure nothing")
-	)
+	var o options
+	flag.IntVar(&o.disks, "disks", 2000, "synthetic VM disks (100 per host device)")
+	flag.StringVar(&o.bin, "prometheus", "", "Prometheus binary (default: the pinned one of deploy/versions.env, scripts/promstack.sh)")
+	flag.StringVar(&o.rulesDir, "rules", "rules", "directory with the generated rule files")
+	flag.DurationVar(&o.warmup, "warmup", 15*time.Minute, "scrape and evaluate this long before measuring (>= the long window for steady state)")
+	flag.IntVar(&o.samples, "samples", 5, "evaluations to measure")
+	flag.DurationVar(&o.scrape, "scrape", 15*time.Second, "scrape interval")
+	flag.DurationVar(&o.eval, "eval", time.Minute, "rule evaluation interval")
+	flag.BoolVar(&o.buckets, "buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
+	extra := flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
+	flag.StringVar(&o.queries, "queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop")
+	flag.BoolVar(&o.hold, "hold", false, "after the warm-up, keep the server with rules up for ad-hoc PromQL (its URL printed) until interrupted, and measure nothing")
 	flag.Parse()
-	if *bin == "" {
+	o.extra = strings.Fields(*extra)
+	if o.hold && o.queries != "" {
+		fmt.Fprintln(os.Stderr, "bench: -hold and -queries exclude each other")
+		return 2
+	}
+	if o.bin == "" {
 		p, err := alerting.PinnedBinary("prometheus")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		*bin = p
+		o.bin = p
 	}
-	if err := bench(*disks, *bin, *rulesDir, *warmup, *samples, *scrape, *eval, *buckets, *hold, *queries, strings.Fields(*extra)); err != nil {
+	if err := bench(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
 	return 0
 }
 
-func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, scrape, eval time.Duration, buckets, hold bool, queries string, extra []string) error {
+func bench(o options) error {
 	var exprs []string
-	if queries != "" {
-		b, err := os.ReadFile(queries)
+	if o.queries != "" {
+		b, err := os.ReadFile(o.queries)
 		if err != nil {
 			return fmt.Errorf("read queries: %w", err)
 		}
@@ -376,14 +390,14 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 			}
 		}
 		if len(exprs) == 0 {
-			return fmt.Errorf("%s has no query", queries)
+			return fmt.Errorf("%s has no query", o.queries)
 		}
 	}
-	ruleFiles, err := filepath.Glob(filepath.Join(rulesDir, "*.rules.yml"))
+	ruleFiles, err := filepath.Glob(filepath.Join(o.rulesDir, "*.rules.yml"))
 	if err != nil || len(ruleFiles) == 0 {
-		return fmt.Errorf("no *.rules.yml in %s: run from the repository root or pass -rules", rulesDir)
+		return fmt.Errorf("no *.rules.yml in %s: run from the repository root or pass -rules", o.rulesDir)
 	}
-	alerts, _ := filepath.Glob(filepath.Join(rulesDir, "*.alerts.yml"))
+	alerts, _ := filepath.Glob(filepath.Join(o.rulesDir, "*.alerts.yml"))
 	ruleFiles = append(ruleFiles, alerts...)
 	for i, f := range ruleFiles {
 		if ruleFiles[i], err = filepath.Abs(f); err != nil {
@@ -406,7 +420,7 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 		mu.Lock()
 		body, ok := cache[sec]
 		if !ok {
-			body = exposition(disks, float64(sec), buckets)
+			body = exposition(o.disks, float64(sec), o.buckets)
 			cache = map[int64][]byte{sec: body}
 		}
 		mu.Unlock()
@@ -426,31 +440,31 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 		// Timed alone: no rule evaluation competes with the queries.
 		ruleFiles = nil
 	}
-	with, err := startPrometheus(bin, dir, "with-rules", target, ruleFiles, scrape, eval, extra)
+	with, err := startPrometheus(o.bin, dir, "with-rules", target, ruleFiles, o.scrape, o.eval, o.extra)
 	if err != nil {
 		return err
 	}
 	defer with.stop()
-	if hold {
-		return holdOpen(with, warmup)
+	if o.hold {
+		return holdOpen(with, o.warmup)
 	}
 	if len(exprs) > 0 {
-		return timeQueries(with, disks, warmup, exprs)
+		return timeQueries(with, o.disks, o.warmup, exprs)
 	}
-	without, err := startPrometheus(bin, dir, "without-rules", target, nil, scrape, eval, extra)
+	without, err := startPrometheus(o.bin, dir, "without-rules", target, nil, o.scrape, o.eval, o.extra)
 	if err != nil {
 		return err
 	}
 	defer without.stop()
 
 	fmt.Printf("# fspair rules bench %s: %d disks, rules %s, scrape %s, evaluation %s, warm-up %s, %d evaluations measured\n",
-		time.Now().UTC().Format(time.RFC3339), disks, strings.Join(relPaths(ruleFiles), " "), scrape, eval, warmup, samples)
-	if len(extra) > 0 {
-		fmt.Printf("# prometheus flags: %s\n", strings.Join(extra, " "))
+		time.Now().UTC().Format(time.RFC3339), o.disks, strings.Join(relPaths(ruleFiles), " "), o.scrape, o.eval, o.warmup, o.samples)
+	if len(o.extra) > 0 {
+		fmt.Printf("# prometheus flags: %s\n", strings.Join(o.extra, " "))
 	}
-	for waited := time.Duration(0); waited < warmup; waited += time.Minute {
-		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, warmup)
-		time.Sleep(min(time.Minute, warmup-waited))
+	for waited := time.Duration(0); waited < o.warmup; waited += time.Minute {
+		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, o.warmup)
+		time.Sleep(min(time.Minute, o.warmup-waited))
 	}
 	if _, err := with.groups(); err != nil {
 		return err
@@ -465,8 +479,8 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 	}
 	times, ruleTimes := map[string][]float64{}, map[string][]float64{}
 	var intervals map[string]float64
-	for i := 0; i < samples; i++ {
-		time.Sleep(eval)
+	for i := 0; i < o.samples; i++ {
+		time.Sleep(o.eval)
 		g, err := with.groups()
 		if err != nil {
 			return err
@@ -478,7 +492,7 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 			ruleTimes[name] = append(ruleTimes[name], t)
 		}
 		intervals = g.interval
-		fmt.Fprintf(os.Stderr, "measured %d of %d evaluations\n", i+1, samples)
+		fmt.Fprintf(os.Stderr, "measured %d of %d evaluations\n", i+1, o.samples)
 	}
 	c1w, _ := with.cpuSeconds()
 	c1o, _ := without.cpuSeconds()
@@ -494,18 +508,18 @@ func bench(disks int, bin, rulesDir string, warmup time.Duration, samples int, s
 		worst = math.Max(worst, m)
 		iv := intervals[n]
 		if iv <= 0 {
-			iv = eval.Seconds()
+			iv = o.eval.Seconds()
 		}
 		perMinute += m * 60 / iv
 		fmt.Printf("group %-24s every %4.0fs %8.1f ms (median; min %.1f max %.1f)\n", n, iv, m*1000, minOf(times[n])*1000, maxOf(times[n])*1000)
 	}
-	n := float64(samples)
+	n := float64(o.samples)
 	fmt.Printf("groups sum %.3f s, slowest %.3f s per evaluation (wall, as Prometheus measures it); %.3f s per minute with each group at its interval\n", sum, worst, perMinute)
 	printTopRules(ruleTimes, 15)
 	fmt.Printf("cpu per evaluation: with rules %.2f s, without %.2f s, rules add %.2f s\n",
 		(c1w-c0w)/n, (c1o-c0o)/n, ((c1w-c0w)-(c1o-c0o))/n)
 	fmt.Printf("head series: with rules %s, without %s\n", with.headSeries(), without.headSeries())
-	if warmup < time.Hour {
+	if o.warmup < time.Hour {
 		fmt.Println("note: warm-up shorter than 1h: the long-window rules read less history than in steady state")
 	}
 	return nil

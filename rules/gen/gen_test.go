@@ -509,9 +509,9 @@ func TestLongWindowRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name := range longFeatures {
+	for name := range longRecords {
 		if !strings.Contains(string(committedRules), "record: "+name+"1h\n") {
-			t.Errorf("longFeatures names %s, which no long-window rule records", name)
+			t.Errorf("longRecords names %s, which no long-window rule records", name)
 		}
 	}
 }

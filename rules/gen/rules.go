@@ -64,9 +64,6 @@ func rec(w window, name, expr, comment string, labels ...[2]string) Rule {
 type baseRate struct {
 	name, metric, selector, by, comment string
 	labels                              [][2]string
-	// shortOnly rates feed only short-window features (the workload class,
-	// the flush cost): the long window leaves them out (see longKept).
-	shortOnly bool
 }
 
 var baseRates = []baseRate{
@@ -74,13 +71,13 @@ var baseRates = []baseRate{
 		comment: "Requests completed per second on the image file, by operation."},
 	{name: "domain_disk:fspair_disk_bytes", metric: "fspair_disk_bytes_total", selector: `op=~"read|write"`, by: "${disk}, op",
 		comment: "Bytes read and written per second on the image file."},
-	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_random_requests_total", by: "${disk}, op", shortOnly: true,
+	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_random_requests_total", by: "${disk}, op",
 		labels:  [][2]string{{"pattern", "random"}},
 		comment: "Random reads and writes per second (pattern=random): not continuing one of the last 16 requests."},
-	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_sequential_requests_total", by: "${disk}, op", shortOnly: true,
+	{name: "domain_disk:fspair_disk_pattern_requests", metric: "fspair_disk_sequential_requests_total", by: "${disk}, op",
 		labels:  [][2]string{{"pattern", "sequential"}},
 		comment: "Sequential reads and writes per second (pattern=sequential)."},
-	{name: "domain_disk:fspair_disk_sync_writes", metric: "fspair_disk_sync_writes_total", by: "${disk}", shortOnly: true,
+	{name: "domain_disk:fspair_disk_sync_writes", metric: "fspair_disk_sync_writes_total", by: "${disk}",
 		comment: "Writes per second that had to be durable: O_DSYNC, or covered by a flush of at most 4 writes."},
 	{name: "domain_disk:fspair_disk_stage_seconds_sum", metric: "fspair_disk_stage_seconds_sum", selector: `stage=~"file|device"`, by: "${disk}, stage, op",
 		comment: "Latency seconds per second by stage: file (the image-file request) and device (host device service)."},
@@ -92,10 +89,10 @@ var baseRates = []baseRate{
 		comment: "Flushes timed per second on the image file."},
 	{name: "domain_disk:fspair_disk_device_bytes", metric: "fspair_disk_device_bytes_total", by: "${disk}, op",
 		comment: "Bytes per second the host block device moved for this disk's image data."},
-	{name: "domain_disk:fspair_disk_flush_device_write_bytes", metric: "fspair_disk_flush_device_write_bytes_total", by: "${disk}", shortOnly: true,
+	{name: "domain_disk:fspair_disk_flush_device_write_bytes", metric: "fspair_disk_flush_device_write_bytes_total", by: "${disk}",
 		comment: "Host device write bytes per second caused by the disk's flushes, data and journal together " +
 			"(all sources and kinds). An exporter without the counter records nothing here and nothing else breaks."},
-	{name: "domain_disk:fspair_disk_flush_device_cache_flushes", metric: "fspair_disk_flush_device_cache_flushes_total", by: "${disk}", shortOnly: true,
+	{name: "domain_disk:fspair_disk_flush_device_cache_flushes", metric: "fspair_disk_flush_device_cache_flushes_total", by: "${disk}",
 		comment: "Host device cache flushes per second caused by the disk's flushes."},
 	{name: "host_device:fspair_host_device_bytes", metric: "fspair_host_device_bytes_total", selector: `op="write"`, by: "instance, host_device, host_fs, kind, op",
 		comment: "Bytes per second the host block device wrote, by kind: data (tracked images), metadata (journal and " +
@@ -105,9 +102,6 @@ var baseRates = []baseRate{
 func baseRules(short, w window, long bool) []Rule {
 	var out []Rule
 	for _, b := range baseRates {
-		if long && b.shortOnly {
-			continue
-		}
 		name := b.name + ":rate${w}"
 		var expr string
 		if !long {
@@ -310,28 +304,38 @@ or on (${dev})
 		"Contention: VM disks on the host device doing at least activity.active_iops requests per second (0 when none).")
 }
 
-// longFeatures are the derived series the long window records: those that
-// the fleet view, the alerts and the dashboards read (rules/gen's tests check
-// that every one has a reader). The other features (shares, operation mix,
-// sync share, flush cost) drive the live class and the short-window panels
-// only; over the long window they cost most of the rule set's time at scale
-// (rules/README.md, Cost) and were read by nothing, so they are not recorded.
-// Ad-hoc queries over an hour derive them from the long-window rates.
-var longFeatures = map[string]bool{
-	"domain_disk:fspair_disk_request_size_bytes:mean":        true,
-	"domain_disk:fspair_disk_host_metadata_write_bytes:rate": true,
-	"domain_disk:fspair_write_amplification:ratio_rate":      true,
-	"domain_disk:fspair_disk_stage_seconds:mean":             true,
-	"domain_disk:fspair_hostfs_latency_overhead:ratio_rate":  true,
-	"domain_disk:fspair_disk_request_duration_seconds:mean":  true,
-	"host_device:fspair_write_amplification:ratio_rate":      true,
+// longRecords are the series the long window records (names without the
+// window): those that the fleet view, the alerts and the dashboards read,
+// and the base rates they are computed from (rules/gen's tests check that
+// every one has a reader). The other rates and features (operation mix,
+// sync share, shares and ratios, flush cost) drive the live class and the
+// short-window panels only; over the long window they cost most of the rule
+// set's time at scale (rules/README.md, Cost) and were read by nothing, so
+// they are not recorded. Ad-hoc queries over an hour derive them from the
+// long-window rates.
+var longRecords = map[string]bool{
+	"domain_disk:fspair_disk_requests:rate":                       true,
+	"domain_disk:fspair_disk_bytes:rate":                          true,
+	"domain_disk:fspair_disk_stage_seconds_sum:rate":              true,
+	"domain_disk:fspair_disk_stage_seconds_count:rate":            true,
+	"domain_disk:fspair_disk_request_duration_seconds_sum:rate":   true,
+	"domain_disk:fspair_disk_request_duration_seconds_count:rate": true,
+	"domain_disk:fspair_disk_device_bytes:rate":                   true,
+	"host_device:fspair_host_device_bytes:rate":                   true,
+	"domain_disk:fspair_disk_request_size_bytes:mean":             true,
+	"domain_disk:fspair_disk_host_metadata_write_bytes:rate":      true,
+	"domain_disk:fspair_write_amplification:ratio_rate":           true,
+	"domain_disk:fspair_disk_stage_seconds:mean":                  true,
+	"domain_disk:fspair_hostfs_latency_overhead:ratio_rate":       true,
+	"domain_disk:fspair_disk_request_duration_seconds:mean":       true,
+	"host_device:fspair_write_amplification:ratio_rate":           true,
 }
 
-// longKept keeps the rules of window w whose series are longFeatures.
+// longKept keeps the rules of window w whose series are longRecords.
 func longKept(w window, rules []Rule) []Rule {
 	var out []Rule
 	for _, r := range rules {
-		if longFeatures[strings.TrimSuffix(r.Record, w.name)] {
+		if longRecords[strings.TrimSuffix(r.Record, w.name)] {
 			out = append(out, r)
 		}
 	}
@@ -350,7 +354,7 @@ func longInterval(l window) string {
 func recordingFile(p *Params) File {
 	s, l := p.Short, p.Long
 	disk := append(baseRules(s, s, false), featureRules(s)...)
-	diskLong := append(baseRules(s, l, true), longKept(l, featureRules(l))...)
+	diskLong := longKept(l, append(baseRules(s, l, true), featureRules(l)...))
 	eff := append(efficiencyRules(s, p.T), activeDisksRule(s, p.T))
 	li := longInterval(l)
 	return File{
