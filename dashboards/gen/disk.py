@@ -181,7 +181,8 @@ def _identity() -> list[PanelBuilder]:
         stat_panel(
             "Live workload class",
             "The class the classifier gives the disk now (domain_disk:fspair_workload_class:info): web, mail, fileserver, rfa, "
-            "mixed (active, no class fits) or idle.",
+            "mixed (two classes as near, or far from every class) or idle. idle means little reaches the image file: see "
+            "'Guest requests per second' beside it for what the VM asked of its disk.",
             "none",
             [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
             width=4,
@@ -190,9 +191,20 @@ def _identity() -> list[PanelBuilder]:
         stat_panel(
             "Classifier confidence",
             "Best class score minus the runner-up (domain_disk:fspair_workload_class:confidence): near 0, two classes fit "
-            "almost equally well.",
+            "almost equally well. rules/README.md (Held-out validation) has how often the class was right on lab runs per "
+            "band of this value.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
+            width=4,
+        ),
+        stat_panel(
+            "Guest requests per second",
+            "Reads and writes the guest sent to its virtual disk over 5m (domain_disk:fspair_disk_guest_requests:rate5m, "
+            "from QEMU's block statistics), against 'Requests per second' on the image file: the difference is what QEMU "
+            "merged. Reads the guest's own page cache serves never leave the VM: a busy VM whose disk is idle here and on the "
+            "image file has its I/O absorbed by its cache. Empty for a disk without a guest side (fspair_disk_guest_info).",
+            "iops",
+            [Query("sum without (op) (" + disk_rule("domain_disk:fspair_disk_guest_requests:rate5m", 'op=~"read|write"') + ")")],
             width=4,
         ),
         stat_panel(
@@ -406,11 +418,21 @@ def _workload() -> list[PanelBuilder]:
     return [
         timeseries_panel(
             "Workload class scores",
-            "Each class's score in [0, 1] (domain_disk:fspair_workload_score:ratio): how well the disk's features over 5m fit "
-            "the class's conditions in rules/classes.yaml. The highest wins, the current class keeping a small bonus.",
+            "Each class's score in [0, 1] (domain_disk:fspair_workload_score:ratio): the workload classes share a softmax of "
+            "their distances (below), damped when the disk is far from every class or idle; mixed rises as the best falls. "
+            "The highest wins, the current class keeping a small bonus.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_score:ratio"), "{{class}}")],
             max_val=1,
+        ),
+        timeseries_panel(
+            "Distance from each class",
+            "How far the disk's features over 5m lie from each class's measured box in rules/classes.yaml, in units "
+            "(domain_disk:fspair_workload_distance:scaled): 0 inside the box; classes neighbouring on a feature are 2 units "
+            "apart on it; from 2.5 units on the disk counts as far from the class. The features are on "
+            "domain_disk:fspair_workload_feature:value.",
+            "none",
+            [Query(disk_rule("domain_disk:fspair_workload_distance:scaled"), "{{class}}")],
         ),
         state_panel(
             "Workload class over time",

@@ -9,30 +9,29 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/fspair/fspair/rules/classifier"
 	"gopkg.in/yaml.v3"
 )
 
 // workloadNames are the workload classes of the knowledge base, in the order
 // every generated file lists them. They are the four Filebench personalities
 // the published pair study measured (rules/kdb/pairs.yaml).
-var workloadNames = []string{"web", "mail", "fileserver", "rfa"}
+var workloadNames = classifier.Workloads
 
 // Classes idle and mixed complete the classifier's set.
 const (
-	classIdle  = "idle"
-	classMixed = "mixed"
+	classIdle  = classifier.Idle
+	classMixed = classifier.Mixed
 )
 
 // ErrNoSource is returned for a threshold that does not say where it came from.
-var ErrNoSource = errors.New("threshold has no source")
+var ErrNoSource = classifier.ErrNoSource
 
 // Thresholds is rules/classes.yaml: every number the rules compare against.
 type Thresholds struct {
-	Idle            Ramp       `yaml:"idle"`
-	Mixed           Ramp       `yaml:"mixed"`
-	HysteresisBonus Value      `yaml:"hysteresis_bonus"`
-	Workloads       []Workload `yaml:"workloads"`
-	Activity        struct {
+	classifier.Model `yaml:",inline"`
+	HysteresisBonus  Value `yaml:"hysteresis_bonus"`
+	Activity         struct {
 		ActiveIOPS Value `yaml:"active_iops"`
 	} `yaml:"activity"`
 	Efficiency struct {
@@ -60,27 +59,8 @@ type Value struct {
 // V returns the number; validate has checked it is set.
 func (v Value) V() float64 { return *v.Value }
 
-// Ramp is a membership that goes linearly between two bounds: Above ramps
-// from 0 at Above[0] to 1 at Above[1], Below from 1 at Below[0] to 0 at Below[1].
-type Ramp struct {
-	Above  []float64 `yaml:"above"`
-	Below  []float64 `yaml:"below"`
-	Source string    `yaml:"source"`
-}
-
-// Workload is one workload class and the conditions its score is made of.
-type Workload struct {
-	Name       string      `yaml:"name"`
-	Conditions []Condition `yaml:"conditions"`
-}
-
-// Condition is a ramp on one feature. A class's score is the product of its
-// conditions' ramps: every condition must hold, as in the measured cut points
-// (tests/workload/FEATURES.md), and a condition half met halves the score.
-type Condition struct {
-	Feature string `yaml:"feature"`
-	Ramp    `yaml:",inline"`
-}
+// Ramp is a membership that goes linearly between two bounds.
+type Ramp = classifier.Ramp
 
 // decodeStrict decodes one YAML document, refusing unknown fields so that a
 // misspelt threshold is an error, not a silent default.
@@ -109,27 +89,6 @@ func LoadThresholds(path string) (*Thresholds, error) {
 	return &t, nil
 }
 
-func (r Ramp) validate(what string) error {
-	if strings.TrimSpace(r.Source) == "" {
-		return fmt.Errorf("%s: %w", what, ErrNoSource)
-	}
-	if (r.Above == nil) == (r.Below == nil) {
-		return fmt.Errorf("%s: give exactly one of above: [lo, hi] or below: [lo, hi]", what)
-	}
-	b := r.bounds()
-	if len(b) != 2 || !(b[0] < b[1]) {
-		return fmt.Errorf("%s: bounds %v must be two numbers, lo < hi", what, b)
-	}
-	return nil
-}
-
-func (r Ramp) bounds() []float64 {
-	if r.Above != nil {
-		return r.Above
-	}
-	return r.Below
-}
-
 func (v Value) validate(what string) error {
 	if v.Value == nil {
 		return fmt.Errorf("%s: no value", what)
@@ -141,17 +100,8 @@ func (v Value) validate(what string) error {
 }
 
 func (t *Thresholds) validate() error {
-	if err := t.Idle.validate("idle"); err != nil {
+	if err := t.Model.Validate(); err != nil {
 		return err
-	}
-	if t.Idle.Below == nil {
-		return errors.New("idle: must be a below ramp on IOPS")
-	}
-	if err := t.Mixed.validate("mixed"); err != nil {
-		return err
-	}
-	if t.Mixed.Below == nil {
-		return errors.New("mixed: must be a below ramp on the best workload score")
 	}
 	values := map[string]Value{
 		"hysteresis_bonus":                            t.HysteresisBonus,
@@ -172,26 +122,6 @@ func (t *Thresholds) validate() error {
 	}
 	if b := t.HysteresisBonus.V(); b < 0 || b >= 1 {
 		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", b)
-	}
-	if len(t.Workloads) != len(workloadNames) {
-		return fmt.Errorf("workloads: want exactly %v, in that order", workloadNames)
-	}
-	for i, w := range t.Workloads {
-		if w.Name != workloadNames[i] {
-			return fmt.Errorf("workloads[%d] is %q: want %v, in that order", i, w.Name, workloadNames)
-		}
-		if len(w.Conditions) == 0 {
-			return fmt.Errorf("workload %s: no conditions", w.Name)
-		}
-		for j, c := range w.Conditions {
-			what := fmt.Sprintf("workload %s condition %d (%s)", w.Name, j, c.Feature)
-			if _, ok := featureByName(c.Feature); !ok {
-				return fmt.Errorf("%s: unknown feature; known: %s", what, strings.Join(featureNames(), ", "))
-			}
-			if err := c.Ramp.validate(what); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

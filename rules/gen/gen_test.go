@@ -338,10 +338,15 @@ func TestThresholdsValidation(t *testing.T) {
 		{"threshold without source", "hysteresis_bonus:\n  value: 0.15\n  source: >-", "hysteresis_bonus:\n  value: 0.15\n  sourcex: >-", nil},
 		{"empty source", "  active_iops:\n    value: 10\n    source: >-\n      provisional: a disk doing at least 10 requests/s competes for the host\n      device; below that its share of a device's time is negligible.",
 			"  active_iops:\n    value: 10\n    source: \"\"", ErrNoSource},
-		{"unknown feature", "feature: random_read_share", "feature: random_reads", nil},
-		{"inverted ramp", "above: [0.50, 0.70]", "above: [0.70, 0.50]", nil},
+		{"unknown feature", "  - name: sync_write_share\n    scale", "  - name: sync_writes\n    scale", nil},
+		{"feature without source", "    scale: 0.41\n    source: >-", "    scale: 0.41\n    sourcex: >-", nil},
+		{"zero scale", "scale: 1.47", "scale: 0", nil},
+		{"inverted ramp", "above: [2.5, 3.5]", "above: [3.5, 2.5]", nil},
+		{"far must rise", "far:\n  above: [2.5, 3.5]", "far:\n  below: [2.5, 3.5]", nil},
 		{"both directions", "below: [0.5, 2]", "below: [0.5, 2]\n  above: [0.5, 2]", nil},
-		{"weights are gone (scores are products)", "- feature: random_read_share\n", "- feature: random_read_share\n        weight: 2\n", nil},
+		{"box on an unlisted feature", "      sync_write_share: [0.90, 1.00]", "      random_read_share: [0.90, 1.00]", nil},
+		{"inverted box", "read_write_log2: [8.61, 9.92]", "read_write_log2: [9.92, 8.61]", nil},
+		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
 	}
@@ -402,10 +407,11 @@ func TestKBMerge(t *testing.T) {
 
 // TestFixture runs the promtool tests in testdata/promtool against rules
 // generated from fixed thresholds (testdata/classes.yaml) and a site file
-// (testdata/site.yaml): ramp arithmetic, hysteresis, the speed of a class
-// change, and site verdicts overriding published ones. The production tests
-// in rules/tests use saturated archetypes so that they survive threshold
-// tuning; these pin down the arithmetic in between.
+// (testdata/site.yaml): distance and softmax arithmetic, the far ramp,
+// hysteresis, the speed of a class change, and site verdicts overriding
+// published ones. The production tests in rules/tests use archetypes inside
+// their boxes so that they survive threshold tuning; these pin down the
+// arithmetic in between.
 func TestFixture(t *testing.T) {
 	o := committed
 	o.Classes, o.Site = "testdata/classes.yaml", "testdata/site.yaml"

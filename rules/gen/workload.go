@@ -3,55 +3,25 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fspair/fspair/rules/classifier"
 )
 
-// feature is a per-disk input of the classifier: a PromQL expression over the
-// short-window feature rules whose result carries the disk labels only.
-type feature struct {
-	name, expr string
-}
-
-// features are the classifier's inputs, named in rules/classes.yaml. They
-// come from the workload characters of the knowledge base (read or write
-// dominated, random or sequential, synchronous or not, small or large
-// requests); see rules/classes.yaml for what each measures.
-var features = []feature{
-	{"iops", `domain_disk:fspair_disk_rw_requests:rate${w}`},
-	{"read_share", `sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`},
-	{"random_read", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="read", pattern="random"})`},
-	{"random_write", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="write", pattern="random"})`},
-	{"random_read_share", `sum without (op) (domain_disk:fspair_disk_random_requests:ratio_rate${w}{op="read"})`},
-	{"random_write_share", `sum without (op) (domain_disk:fspair_disk_random_requests:ratio_rate${w}{op="write"})`},
-	{"sequential_read", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="read", pattern="sequential"})`},
-	{"sequential_write", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{op="write", pattern="sequential"})`},
-	{"random", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{pattern="random"})`},
-	{"sequential", `sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate${w}{pattern="sequential"})`},
-	{"sync_write_share", `domain_disk:fspair_disk_sync_writes:ratio_rate${w}`},
-	{"flushes_per_write", `domain_disk:fspair_disk_flushes_per_write:ratio_rate${w}`},
-	{"read_size_bytes", `sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="read"})`},
-	{"write_size_bytes", `sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="write"})`},
-}
-
-func featureByName(name string) (feature, bool) {
-	for _, f := range features {
-		if f.name == name {
-			return f, true
-		}
-	}
-	return feature{}, false
-}
-
-func featureNames() []string {
-	var n []string
-	for _, f := range features {
-		n = append(n, f.name)
-	}
-	return n
+// inputs are the classifier's features (rules/classifier) as PromQL over the
+// short-window feature rules, one series per disk with the disk labels only.
+// workloadRules records them as featureName{feature="..."} so that each
+// distance selects one series per feature. The mean read size has no series
+// on a disk without reads; the distances count it as missing.
+var inputs = map[string]string{
+	classifier.ReadWriteLog2: fmt.Sprintf(`clamp(log2(%[1]s / (1 - %[1]s)), -%[2]d, %[2]d)`,
+		`sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`, classifier.RatioClamp),
+	classifier.ReadSizeLog2:   `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="read"}))`,
+	classifier.SyncWriteShare: `domain_disk:fspair_disk_sync_writes:ratio_rate${w}` + "\nor\n  0 * " + iopsRate,
 }
 
 // ramp is the membership of a value in [0, 1].
 func ramp(r Ramp, value string) string {
-	b := r.bounds()
+	b := r.Bounds()
 	span := num(b[1] - b[0])
 	if r.Above != nil {
 		return fmt.Sprintf("clamp((%s - %s) / %s, 0, 1)", value, num(b[0]), span)
@@ -59,40 +29,92 @@ func ramp(r Ramp, value string) string {
 	return fmt.Sprintf("clamp((%s - %s) / %s, 0, 1)", num(b[1]), value, span)
 }
 
-// zeroForEveryDisk completes a score with 0 for disks it has no value for
-// (idle disks: no feature is defined without requests). Every disk with
-// counters has an IOPS series.
-const zeroForEveryDisk = "0 * domain_disk:fspair_disk_rw_requests:rate${w}"
+// iopsRate is the per-disk rate of reads and writes: every disk with counters
+// has one, so it completes rules with a value for every disk.
+const iopsRate = "domain_disk:fspair_disk_rw_requests:rate${w}"
 
 const (
-	scoreName = "domain_disk:fspair_workload_score:ratio"
-	className = "domain_disk:fspair_workload_class:info"
+	scoreName    = "domain_disk:fspair_workload_score:ratio"
+	className    = "domain_disk:fspair_workload_class:info"
+	distanceName = "domain_disk:fspair_workload_distance:scaled"
+	featureName  = "domain_disk:fspair_workload_feature:value"
 )
 
 func scoreSel(class string) string { return fmt.Sprintf(`%s{class="%s"}`, scoreName, class) }
 
+// distanceExpr is the distance of a disk from class c in units: the norm of
+// the scaled distances of its features from c's box, each the distance from
+// the box's middle less its half width (0 inside the box).
+func distanceExpr(m *classifier.Model, c classifier.Class) string {
+	var terms []string
+	for _, f := range m.BoxFeatures(c) {
+		b := c.Box[f]
+		term := fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2",
+			featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(m.Scale(f)))
+		if f == classifier.ReadSizeLog2 {
+			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingTerm()))
+		}
+		terms = append(terms, term)
+	}
+	if len(terms) == 1 {
+		// Sums drop the feature label; a lone term needs it dropped by hand.
+		terms[0] = fmt.Sprintf("sum without (feature) (%s)", terms[0])
+	}
+	return fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+}
+
+func featureSel(f string) string { return fmt.Sprintf(`%s{feature="%s"}`, featureName, f) }
+
+// signed is num with a negative number in parentheses, to follow an operator.
+func signed(v float64) string {
+	if v < 0 {
+		return "(" + num(v) + ")"
+	}
+	return num(v)
+}
+
 func workloadRules(p *Params) []Rule {
 	w, t := p.Short, p.T
-	notIdle := fmt.Sprintf("* ignoring (class)\n  (1 - %s)", scoreSel(classIdle))
+	m := &t.Model
+	notIdle := fmt.Sprintf("* on (${disk}) group_left ()\n  (1 - sum without (class) (%s))", scoreSel(classIdle))
 	out := []Rule{
-		rec(w, scoreName, ramp(t.Idle, "domain_disk:fspair_disk_rw_requests:rate${w}"),
+		rec(w, scoreName, ramp(t.Idle, iopsRate),
 			"Score of class idle: 1 at or below the low end of idle (IOPS), 0 at or above its high end.",
 			[2]string{"class", classIdle}),
 	}
-	for _, wl := range t.Workloads {
-		var terms []string
-		for _, c := range wl.Conditions {
-			f, _ := featureByName(c.Feature)
-			terms = append(terms, ramp(c.Ramp, "("+f.expr+")"))
-		}
-		expr := fmt.Sprintf("(\n    %s\n)\n%s\nor\n  %s", strings.Join(terms, "\n  * "), notIdle, zeroForEveryDisk)
-		out = append(out, rec(w, scoreName, expr,
-			fmt.Sprintf("Score of class %s: the product of its conditions in rules/classes.yaml (all must hold), "+
-				"each a ramp on one feature, damped by the idle score. A disk that cannot show one of "+
-				"the features (a write feature without writes, a read feature without reads) scores 0.",
-				wl.Name),
-			[2]string{"class", wl.Name}))
+	for _, f := range m.Features {
+		out = append(out, rec(w, featureName, inputs[f.Name],
+			fmt.Sprintf("Classifier feature %s of the disk (rules/classes.yaml has what it measures).", f.Name),
+			[2]string{"feature", f.Name}))
 	}
+	for _, c := range m.Classes {
+		out = append(out, rec(w, distanceName, distanceExpr(m, c),
+			fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
+				"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
+				"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name),
+			[2]string{"class", c.Name}))
+	}
+	// exp(-d^2) does not underflow: the largest distance a disk can have is
+	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
+	fit := fmt.Sprintf("exp(-(%s ^ 2))", distanceName)
+	var zeros []string
+	for _, c := range m.Classes {
+		zeros = append(zeros, fmt.Sprintf(`label_replace(0 * %s, "class", "%s", "", "")`, iopsRate, c.Name))
+	}
+	out = append(out, rec(w, scoreName, fmt.Sprintf(`
+(
+    %[1]s
+  / on (${disk}) group_left ()
+    sum by (${disk}) (%[1]s)
+)
+* on (${disk}) group_left ()
+  (1 - %[2]s)
+%[3]s
+or
+  %[4]s`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\nor\n  ")),
+		"Scores of the workload classes: each class's share of exp(-distance^2) over the four (a softmax of the "+
+			"negative squared distances), damped by far (the distance to the nearest class) and by the idle score. "+
+			"A disk whose distances are undefined (no reads or writes) scores 0."))
 	out = append(out,
 		rec(w, scoreName, fmt.Sprintf(`
 clamp(
@@ -101,9 +123,9 @@ clamp(
 )
 %s
 or
-  %s`, num(t.Mixed.Below[1]), scoreName, classList(), num(t.Mixed.Below[1]-t.Mixed.Below[0]), notIdle, zeroForEveryDisk),
-			"Score of class mixed: high when no workload class fits (the best workload score is low), "+
-				"damped by the idle score.",
+  0 * %s`, num(t.Mixed.Below[1]), scoreName, classList(), num(t.Mixed.Below[1]-t.Mixed.Below[0]), notIdle, iopsRate),
+			"Score of class mixed: high when no workload class fits (two classes are as close, or the disk is far "+
+				"from all: the best workload score is low), damped by the idle score.",
 			[2]string{"class", classMixed}),
 		rec(w, className, fmt.Sprintf(`
 topk by (${disk}) (1,
@@ -120,7 +142,8 @@ topk by (${disk}) (1,
 		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
   max by (${disk}) (topk by (${disk}) (2, %[1]s))
 - min by (${disk}) (topk by (${disk}) (2, %[1]s))`, scoreName),
-			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread)."),
+			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
+				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
   %s
 * on (${disk}) group_left (guest_fs, host_fs)

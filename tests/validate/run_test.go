@@ -401,7 +401,8 @@ func (e *env) runBatch(ctx context.Context, t *testing.T, pairs []workload.Pair,
 // evaluation, and FspairPoorPairing.
 func (e *env) checkRun(ctx context.Context, t *testing.T, d *disk, w workload.Workload, start time.Time) (WorkloadResult, error) {
 	cfg := e.cfg
-	win := Window{Want: string(w), Start: start, Runtime: cfg.runtime, Warmup: cfg.warmup(), Interval: cfg.eval}
+	// A variant (tests/workload/jobs/CLASS-NAME.fio) is right when classed as its class.
+	win := Window{Want: string(w.Class()), Start: start, Runtime: cfg.runtime, Warmup: cfg.warmup(), Interval: cfg.eval}
 	sel := fmt.Sprintf(`{source_file=%q}`, d.g.Disk.File)
 	ss, err := e.prom.Samples(ctx, classRule+sel, start, win.End())
 	if err != nil {
@@ -409,7 +410,7 @@ func (e *env) checkRun(ctx context.Context, t *testing.T, d *disk, w workload.Wo
 	}
 	evals := ClassTimeline(ss)
 	o := Analyze(evals, win)
-	verdict := e.verdict(string(w), d.g.Pair)
+	verdict := e.verdict(string(w.Class()), d.g.Pair)
 	wr := Record(string(w), verdict, o)
 	wr.Problems = Acceptance.Check(o)
 	for _, s := range ss {
@@ -449,7 +450,7 @@ func (e *env) checkRun(ctx context.Context, t *testing.T, d *disk, w workload.Wo
 func (e *env) checkAlert(ctx context.Context, d *disk, w workload.Workload, win Window, verdict string) (AlertResult, []string, error) {
 	a := AlertResult{Expected: verdict == "worst"}
 	var probs []string
-	sel := fmt.Sprintf(`ALERTS{alertname=%q, source_file=%q, class=%q}`, poorPairing, d.g.Disk.File, string(w))
+	sel := fmt.Sprintf(`ALERTS{alertname=%q, source_file=%q, class=%q}`, poorPairing, d.g.Disk.File, string(w.Class()))
 	ss, err := e.prom.Samples(ctx, sel, win.Start, win.End())
 	if err != nil {
 		return a, nil, err
@@ -472,7 +473,7 @@ func (e *env) checkAlert(ctx context.Context, d *disk, w workload.Workload, win 
 	for {
 		for _, n := range e.stack.Alerts() {
 			if n.Name() != poorPairing || n.Status != "firing" || n.Labels["source_file"] != d.g.Disk.File ||
-				n.Labels["class"] != string(w) || n.Received.Before(win.Start) || n.Received.After(deadline) {
+				n.Labels["class"] != string(w.Class()) || n.Received.Before(win.Start) || n.Received.After(deadline) {
 				continue
 			}
 			a.Notifications++
@@ -639,20 +640,22 @@ func (e *env) alertEvents(ctx context.Context, d *disk, marks []mark, from, to t
 // over the disk's recording rules, %s the disk selector's matchers.
 type feature struct{ name, expr string }
 
-// features are the per-disk features the class scores use (the feature
-// names of rules/classes.yaml), read from the recording rules of group
-// fspair.disk over the short window w.
+// features are the classifier's inputs and distances (group fspair.workload)
+// and, for context, the per-disk features of group fspair.disk over the
+// short window w they come from.
 func features(w string) []feature {
 	return []feature{
 		{"iops", "domain_disk:fspair_disk_rw_requests:rate" + w + "{%s}"},
-		{"read_share", "domain_disk:fspair_disk_requests:ratio_rate" + w + `{op="read",%s}`},
-		{"sync_write", "domain_disk:fspair_disk_sync_writes:ratio_rate" + w + "{%s}"},
+		{"rw_log2", `domain_disk:fspair_workload_feature:value{feature="read_write_log2",%s}`},
+		{"rsize_log2", `domain_disk:fspair_workload_feature:value{feature="read_size_log2",%s}`},
+		{"sync_write", `domain_disk:fspair_workload_feature:value{feature="sync_write_share",%s}`},
+		{"d_web", `domain_disk:fspair_workload_distance:scaled{class="web",%s}`},
+		{"d_mail", `domain_disk:fspair_workload_distance:scaled{class="mail",%s}`},
+		{"d_fs", `domain_disk:fspair_workload_distance:scaled{class="fileserver",%s}`},
+		{"d_rfa", `domain_disk:fspair_workload_distance:scaled{class="rfa",%s}`},
 		{"flush/write", "domain_disk:fspair_disk_flushes_per_write:ratio_rate" + w + "{%s}"},
-		{"read_KiB", "domain_disk:fspair_disk_request_size_bytes:mean" + w + `{op="read",%s} / 1024`},
 		{"write_KiB", "domain_disk:fspair_disk_request_size_bytes:mean" + w + `{op="write",%s} / 1024`},
 		{"random", "sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate" + w + `{pattern="random",%s})`},
-		{"rand_write", "domain_disk:fspair_disk_pattern_requests:ratio_rate" + w + `{op="write",pattern="random",%s}`},
-		{"sequential", "sum without (op, pattern) (domain_disk:fspair_disk_pattern_requests:ratio_rate" + w + `{pattern="sequential",%s})`},
 	}
 }
 

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -62,4 +63,21 @@ func buildExporter(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+func TestParseVariants(t *testing.T) {
+	for _, s := range []string{"mail", "mail-batched", "rfa-bigfiles"} {
+		w, err := ParseWorkload(s)
+		if err != nil || string(w) != s {
+			t.Errorf("ParseWorkload(%q) = %q, %v", s, w, err)
+		}
+	}
+	if w, _ := ParseWorkload("mail-batched"); w.Class() != Mail {
+		t.Errorf("class of mail-batched: %q", w.Class())
+	}
+	for _, s := range []string{"mail-nonesuch", "db-oltp", "", "-"} {
+		if _, err := ParseWorkload(s); !errors.Is(err, ErrUnknownWorkload) {
+			t.Errorf("ParseWorkload(%q): %v, want ErrUnknownWorkload", s, err)
+		}
+	}
 }

@@ -227,6 +227,28 @@ func Windows(points []Point, span time.Duration) []Sample {
 	return out
 }
 
+// Disjoint returns the features over back-to-back windows of at least
+// span inside the phase's steady state (from warmup after its start to
+// its runtime), each starting at the scrape the previous one ended on.
+func (p *Phase) Disjoint(points []Point, warmup, span time.Duration) []Sample {
+	var in []Point
+	for _, pt := range points {
+		off := pt.Time.Sub(p.Start)
+		if pt.Phase == string(p.Workload) && off >= warmup && off <= p.Runtime {
+			in = append(in, pt)
+		}
+	}
+	var out []Sample
+	for i, j := 0, 1; j < len(in); j++ {
+		if d := in[j].Time.Sub(in[i].Time); d >= span {
+			out = append(out, Sample{At: in[j].Time.Sub(p.Start).Seconds(), Span: d.Seconds(), Phase: in[j].Phase,
+				Features: Compute(in[i].Snapshot, in[j].Snapshot)})
+			i = j
+		}
+	}
+	return out
+}
+
 // Sample is the features of one window of a recording.
 type Sample struct {
 	At       float64  `json:"at_seconds"`   // window end, seconds since the recording started

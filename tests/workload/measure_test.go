@@ -33,7 +33,8 @@ var (
 	flagInterval = flag.Duration("interval", 5*time.Second, "scrape interval")
 	flagOut      = flag.String("out", "testdata/features.json", "results file (merged)")
 	flagSwitch   = flag.String("switch", "ext4/xfs/raw", "pair for TestSwitch")
-	flagWork     = flag.String("workloads", "web,mail,fileserver,rfa", "workloads for TestMeasure, comma-separated")
+	flagWork     = flag.String("workloads", "web,mail,fileserver,rfa", "workloads for TestMeasure, comma-separated (variants too: -workloads variants runs every jobs/CLASS-NAME.fio)")
+	flagSub      = flag.Duration("subwindow", 0, "also record disjoint windows of this width inside each run's window (0: none)")
 )
 
 // TestMeasure runs the four workloads on each pair of -pairs, one guest per
@@ -91,7 +92,11 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 	}
 	rec := ex.Record(ctx, g.disk.File, *flagInterval)
 	var out []RunResult
-	for _, name := range strings.Split(*flagWork, ",") {
+	names := strings.Split(*flagWork, ",")
+	if *flagWork == "variants" {
+		names = strings.Split(joinWorkloads(Variants()), ", ")
+	}
+	for _, name := range names {
 		w, err := ParseWorkload(name)
 		if err != nil {
 			t.Fatal(err)
@@ -105,8 +110,12 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 			t.Fatal(err)
 		}
 		t.Logf("%s on %s: window %.0fs, fio %+v\n%s", w, p, span.Seconds(), ph.Fio, describe(f))
-		out = append(out, RunResult{Workload: w, Pair: p.String(), WindowSeconds: span.Seconds(),
-			Features: f, Fio: ph.Fio, Measured: time.Now().UTC().Truncate(time.Second), From: &from, To: &to})
+		r := RunResult{Workload: w, Pair: p.String(), WindowSeconds: span.Seconds(),
+			Features: f, Fio: ph.Fio, Measured: time.Now().UTC().Truncate(time.Second), From: &from, To: &to}
+		if *flagSub > 0 {
+			r.Windows = ph.Disjoint(rec.Points(), *flagWarmup, *flagSub)
+		}
+		out = append(out, r)
 		if err := Clean(ctx, g.vm, w); err != nil {
 			t.Fatal(err)
 		}

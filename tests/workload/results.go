@@ -41,6 +41,9 @@ type RunResult struct {
 	// features can be derived again when their definitions change.
 	From *Snapshot `json:"from,omitempty"`
 	To   *Snapshot `json:"to,omitempty"`
+	// Windows are disjoint shorter windows inside the window (TestMeasure
+	// -subwindow), for accuracy figures over windows rather than runs.
+	Windows []Sample `json:"windows,omitempty"`
 }
 
 // Switch is a recording of one guest changing workload while running.
@@ -110,7 +113,7 @@ func (r *Results) Recompute() {
 	}
 }
 
-// Sort orders runs by workload (knowledge-base order), then pair.
+// Sort orders runs by class (knowledge-base order), workload, then pair.
 func (r *Results) Sort() {
 	rank := map[Workload]int{}
 	for i, w := range Workloads {
@@ -118,8 +121,11 @@ func (r *Results) Sort() {
 	}
 	sort.SliceStable(r.Runs, func(i, j int) bool {
 		a, b := r.Runs[i], r.Runs[j]
+		if ca, cb := a.Workload.Class(), b.Workload.Class(); ca != cb {
+			return rank[ca] < rank[cb]
+		}
 		if a.Workload != b.Workload {
-			return rank[a.Workload] < rank[b.Workload]
+			return a.Workload < b.Workload
 		}
 		return a.Pair < b.Pair
 	})

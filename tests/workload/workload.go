@@ -32,14 +32,57 @@ var Workloads = []Workload{Web, Mail, Fileserver, RFA}
 // of Workloads.
 var ErrUnknownWorkload = errors.New("unknown workload")
 
-// ParseWorkload returns the workload named s.
+// ParseWorkload returns the workload named s: one of Workloads, or a
+// variant of one, CLASS-NAME, that has a job file jobs/CLASS-NAME.fio (the
+// held-out validation set of the classifier, see Variants).
 func ParseWorkload(s string) (Workload, error) {
 	for _, w := range Workloads {
 		if string(w) == s {
 			return w, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q: want web, mail, fileserver or rfa", ErrUnknownWorkload, s)
+	for _, v := range Variants() {
+		if string(v) == s {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%w %q: want web, mail, fileserver, rfa or a variant (%s)", ErrUnknownWorkload, s, joinWorkloads(Variants()))
+}
+
+// Class returns the workload class w belongs to: w itself for one of
+// Workloads, CLASS for a variant CLASS-NAME.
+func (w Workload) Class() Workload {
+	c, _, _ := strings.Cut(string(w), "-")
+	return Workload(c)
+}
+
+// Variants lists the variants of the four workloads, the job files
+// jobs/CLASS-NAME.fio, sorted. Each varies what deployments of its class
+// vary (threads, file sizes, fsync frequency, read/write mix, cache hit
+// rate) and none was used to set the classifier's thresholds: they are its
+// held-out set.
+func Variants() []Workload {
+	entries, _ := jobFiles.ReadDir("jobs")
+	var out []Workload
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".fio")
+		if w := Workload(name); w.Class() != w {
+			for _, c := range Workloads {
+				if w.Class() == c {
+					out = append(out, w)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func joinWorkloads(ws []Workload) string {
+	s := make([]string, len(ws))
+	for i, w := range ws {
+		s[i] = string(w)
+	}
+	return strings.Join(s, ", ")
 }
 
 //go:embed jobs/*.fio

@@ -1,0 +1,346 @@
+// Package classifier is fspair's workload classifier as numbers and as a
+// computation: the model rules/classes.yaml describes, which rules/gen turns
+// into recording rules and which the lab's offline evaluation
+// (tests/workload) runs on measured windows, so that both compute the same
+// scores from the same file.
+//
+// A disk is a point in a small feature space (Features): the read/write
+// ratio on a log scale, the mean read size on a log scale and the share of
+// durable writes. Each workload class is a box in that space, the range of
+// each feature its training models were measured at. A feature's distance
+// from a box is how far the value lies outside the box, divided by the
+// feature's scale (half the narrowest gap between the measured boxes the
+// feature separates), so one unit means the same on every axis; the class
+// distance is the Euclidean norm of those. One feature out of range lowers
+// a class's score by its distance alone instead of zeroing it, as a product
+// of ramps did.
+//
+// The scores are a softmax of the negative squared distances (each class's
+// share of exp(-d^2)), damped when the disk is far from every class (Far)
+// and when it is idle (Idle). mixed rises as the best workload score falls
+// (Mixed): two classes at the same distance split the score and a disk far
+// from all scores low for every class.
+package classifier
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Workloads are the workload classes, in the knowledge base's order.
+var Workloads = []string{"web", "mail", "fileserver", "rfa"}
+
+// Classes besides the workloads.
+const (
+	Idle  = "idle"
+	Mixed = "mixed"
+)
+
+// Feature names the model knows how to compute, from the image-file side of a
+// disk over the rule window (Inputs).
+const (
+	// ReadWriteLog2 is log2(reads / writes) by requests, clamped to
+	// [-RatioClamp, RatioClamp]: a disk that only reads sits at +RatioClamp.
+	ReadWriteLog2 = "read_write_log2"
+	// ReadSizeLog2 is log2 of the mean read request in bytes; undefined on a
+	// disk without reads.
+	ReadSizeLog2 = "read_size_log2"
+	// SyncWriteShare is the share of writes that had to be durable (O_DSYNC,
+	// or covered by a flush of at most 4 writes); 0 on a disk without
+	// writes (nothing was made durable).
+	SyncWriteShare = "sync_write_share"
+)
+
+// FeatureNames lists the features a model may use.
+var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare}
+
+// RatioClamp bounds ReadWriteLog2: 2^10 reads per write is read-only for
+// every class.
+const RatioClamp = 10
+
+// ErrNoSource is returned for a number that does not say where it came from.
+var ErrNoSource = errors.New("threshold has no source")
+
+// Ramp is a membership that goes linearly between two bounds: Above ramps
+// from 0 at Above[0] to 1 at Above[1], Below from 1 at Below[0] to 0 at
+// Below[1].
+type Ramp struct {
+	Above  []float64 `yaml:"above"`
+	Below  []float64 `yaml:"below"`
+	Source string    `yaml:"source"`
+}
+
+// Bounds returns the ramp's two bounds.
+func (r Ramp) Bounds() []float64 {
+	if r.Above != nil {
+		return r.Above
+	}
+	return r.Below
+}
+
+// Validate checks that the ramp has a source and exactly one pair of bounds,
+// lo < hi.
+func (r Ramp) Validate(what string) error {
+	if strings.TrimSpace(r.Source) == "" {
+		return fmt.Errorf("%s: %w", what, ErrNoSource)
+	}
+	if (r.Above == nil) == (r.Below == nil) {
+		return fmt.Errorf("%s: give exactly one of above: [lo, hi] or below: [lo, hi]", what)
+	}
+	b := r.Bounds()
+	if len(b) != 2 || !(b[0] < b[1]) {
+		return fmt.Errorf("%s: bounds %v must be two numbers, lo < hi", what, b)
+	}
+	return nil
+}
+
+// Of returns the ramp's membership of v in [0, 1].
+func (r Ramp) Of(v float64) float64 {
+	b := r.Bounds()
+	m := (v - b[0]) / (b[1] - b[0])
+	if r.Below != nil {
+		m = (b[1] - v) / (b[1] - b[0])
+	}
+	return math.Max(0, math.Min(1, m))
+}
+
+// Feature is one axis of the space and its scale (what one unit of distance
+// is on it).
+type Feature struct {
+	Name   string  `yaml:"name"`
+	Scale  float64 `yaml:"scale"`
+	Source string  `yaml:"source"`
+}
+
+// Class is one workload class: per feature, the range [lo, hi] its training
+// models were measured at. A feature the class has no range for does not
+// count in its distance.
+type Class struct {
+	Name   string                `yaml:"name"`
+	Box    map[string][2]float64 `yaml:"box"`
+	Source string                `yaml:"source"`
+}
+
+// Model is the classifier of rules/classes.yaml.
+type Model struct {
+	Idle  Ramp `yaml:"idle"`
+	Mixed Ramp `yaml:"mixed"`
+	// Far is an above ramp on the distance to the nearest class: every
+	// workload score is damped by (1 - Far).
+	Far      Ramp      `yaml:"far"`
+	Features []Feature `yaml:"features"`
+	Classes  []Class   `yaml:"workloads"`
+}
+
+// Load reads the model from rules/classes.yaml (its other thresholds are
+// rules/gen's) and validates it.
+func Load(path string) (*Model, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var m Model
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("check %s: %w", path, err)
+	}
+	return &m, nil
+}
+
+// Validate checks the model: sources everywhere, the ramps' directions, the
+// four workload classes in order, known features with positive scales, and
+// boxes with lo <= hi on known features.
+func (m *Model) Validate() error {
+	for _, r := range []struct {
+		name  string
+		r     Ramp
+		below bool
+	}{{"idle", m.Idle, true}, {"mixed", m.Mixed, true}, {"far", m.Far, false}} {
+		if err := r.r.Validate(r.name); err != nil {
+			return err
+		}
+		if r.below != (r.r.Below != nil) {
+			return fmt.Errorf("%s: must be a %s ramp", r.name, map[bool]string{true: "below", false: "above"}[r.below])
+		}
+	}
+	known := map[string]bool{}
+	for _, f := range m.Features {
+		if !contains(FeatureNames, f.Name) {
+			return fmt.Errorf("feature %q: unknown; known: %s", f.Name, strings.Join(FeatureNames, ", "))
+		}
+		if known[f.Name] {
+			return fmt.Errorf("feature %q: listed twice", f.Name)
+		}
+		if !(f.Scale > 0) {
+			return fmt.Errorf("feature %s: scale %v must be positive", f.Name, f.Scale)
+		}
+		if strings.TrimSpace(f.Source) == "" {
+			return fmt.Errorf("feature %s: %w", f.Name, ErrNoSource)
+		}
+		known[f.Name] = true
+	}
+	if len(m.Classes) != len(Workloads) {
+		return fmt.Errorf("workloads: want exactly %v, in that order", Workloads)
+	}
+	for i, c := range m.Classes {
+		if c.Name != Workloads[i] {
+			return fmt.Errorf("workloads[%d] is %q: want %v, in that order", i, c.Name, Workloads)
+		}
+		if len(c.Box) == 0 {
+			return fmt.Errorf("workload %s: empty box", c.Name)
+		}
+		if strings.TrimSpace(c.Source) == "" {
+			return fmt.Errorf("workload %s: %w", c.Name, ErrNoSource)
+		}
+		for f, b := range c.Box {
+			if !known[f] {
+				return fmt.Errorf("workload %s: box on feature %q, which features does not list", c.Name, f)
+			}
+			if !(b[0] <= b[1]) {
+				return fmt.Errorf("workload %s: box %s %v: want lo <= hi", c.Name, f, b)
+			}
+		}
+	}
+	return nil
+}
+
+// Scale returns the scale of feature name (0 for one the model lacks).
+func (m *Model) Scale(name string) float64 {
+	for _, f := range m.Features {
+		if f.Name == name {
+			return f.Scale
+		}
+	}
+	return 0
+}
+
+// BoxFeatures returns the features of c's box, in the model's feature order.
+func (m *Model) BoxFeatures(c Class) []string {
+	var out []string
+	for _, f := range m.Features {
+		if _, ok := c.Box[f.Name]; ok {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// MissingTerm is the squared distance the mean read size adds to a class with
+// a range on it when the disk has no reads: the end of the far ramp, so such
+// a class alone counts as far.
+func (m *Model) MissingTerm() float64 {
+	hi := m.Far.Bounds()[1]
+	return hi * hi
+}
+
+// Term is the squared, scaled distance of value v from box b on a feature
+// of scale s.
+func Term(v float64, b [2]float64, s float64) float64 {
+	d := math.Max(0, math.Max(v-b[1], b[0]-v)) / s
+	return d * d
+}
+
+// Distance returns the distance of the point x from class c, in units; NaN
+// when x lacks a feature other than the mean read size (a disk without reads
+// or writes), as the rules have no distance series then.
+func (m *Model) Distance(c Class, x map[string]float64) float64 {
+	sum := 0.0
+	for _, f := range m.BoxFeatures(c) {
+		v, ok := x[f]
+		if !ok && f == ReadSizeLog2 {
+			sum += m.MissingTerm()
+			continue
+		}
+		if !ok {
+			return math.NaN()
+		}
+		sum += Term(v, c.Box[f], m.Scale(f))
+	}
+	return math.Sqrt(sum)
+}
+
+// Result is a classification of one window.
+type Result struct {
+	Distances map[string]float64 // per workload class, in units
+	Scores    map[string]float64 // per class, workloads, idle and mixed
+	Class     string             // the highest score (ties: the first in Workloads, then idle, mixed)
+	// Confidence is the best score minus the runner-up.
+	Confidence float64
+}
+
+// Classify scores the point x of a disk doing iops reads and writes per
+// second, as the recording rules do at one evaluation (without their
+// hysteresis, which needs the previous evaluation).
+func (m *Model) Classify(x map[string]float64, iops float64) Result {
+	r := Result{Distances: map[string]float64{}, Scores: map[string]float64{}}
+	idle := m.Idle.Of(iops)
+	r.Scores[Idle] = idle
+	minD := math.Inf(1)
+	for _, c := range m.Classes {
+		d := m.Distance(c, x)
+		r.Distances[c.Name] = d
+		minD = math.Min(minD, d)
+	}
+	sum := 0.0
+	for _, d := range r.Distances {
+		sum += math.Exp(-(d*d - minD*minD))
+	}
+	best := 0.0
+	for _, c := range m.Classes {
+		d := r.Distances[c.Name]
+		s := math.Exp(-(d*d - minD*minD)) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
+		if math.IsNaN(s) {
+			s = 0 // no distances: the rules score 0
+		}
+		r.Scores[c.Name] = s
+		best = math.Max(best, s)
+	}
+	r.Scores[Mixed] = m.Mixed.Of(best) * (1 - idle)
+	order := append(append([]string{}, Workloads...), Idle, Mixed)
+	vals := make([]float64, 0, len(order))
+	for _, c := range order {
+		if r.Class == "" || r.Scores[c] > r.Scores[r.Class] {
+			r.Class = c
+		}
+		vals = append(vals, r.Scores[c])
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(vals)))
+	r.Confidence = vals[0] - vals[1]
+	return r
+}
+
+// Inputs returns the model's features of a window from the image-file
+// side's request counts: reads and writes completed, the bytes read, and the
+// writes that had to be durable. A feature that the window cannot show is
+// left out.
+func Inputs(reads, writes, readBytes, syncWrites float64) map[string]float64 {
+	x := map[string]float64{}
+	if reads+writes > 0 {
+		x[ReadWriteLog2] = math.Max(-RatioClamp, math.Min(RatioClamp, math.Log2(reads/writes)))
+	}
+	if reads > 0 {
+		x[ReadSizeLog2] = math.Log2(readBytes / reads)
+	}
+	x[SyncWriteShare] = 0
+	if writes > 0 {
+		x[SyncWriteShare] = syncWrites / writes
+	}
+	return x
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
