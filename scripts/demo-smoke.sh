@@ -21,16 +21,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stackdir=/var/tmp/fspair-demo
-# Upper bounds: the walk usually ends 3 to 6 minutes after the VMs start.
-# The web VM's class settles on web after a couple of minutes (the writes
-# that lay out its files weigh in the 5m window until reads outnumber
-# them), and the three chained 3m groups (disk.long, efficiency.long,
-# fleet) take their turns anywhere in their interval; FspairPoorPairing
-# fires on the mail VM once it has been classed mail for the demo's
-# scaled `for` (3m). The demo stops as soon as the walk ends.
-walk_wait=11m
+# Upper bounds: the walk ends when its last query has data, and the last
+# is the web pairs' median write amplification over the long window: the
+# web VM's long-window write rate must clear the rules' floor
+# (efficiency.min_guest_write_bytes_per_second), then the three chained 3m
+# groups (disk.long, efficiency.long, fleet) take their turns anywhere in
+# their interval. It filled at the walk's last check, 10-11 minutes in,
+# in two runs of 2026-11-27 and missed the 11m bound in a third by less
+# than one fleet interval; 15m leaves a whole chain of intervals. The web
+# VM's class settles on web after a couple of minutes (the writes that
+# lay out its files weigh in the 5m window until reads outnumber them);
+# FspairPoorPairing fires on the mail VM once it has been classed mail
+# for the demo's scaled `for` (3m). The demo stops as soon as the walk
+# ends.
+walk_wait=15m
 settle_wait=6m
-demo_max=17m
+demo_max=21m
 log=$(mktemp)
 work=$(mktemp -d)
 demo_pid=
