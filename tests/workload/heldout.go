@@ -120,7 +120,7 @@ func RenderEvaluation(ws []Scored) (string, error) {
 		ps = append(ps, p)
 	}
 	sort.Strings(ps)
-	fmt.Fprintf(&b, "\nRight per class and pair (windows right / windows):\n\n| pair | %s |\n|---|%s\n", strings.Replace(joinWorkloads(Workloads), ", ", " | ", -1), strings.Repeat("---:|", len(Workloads)))
+	fmt.Fprintf(&b, "\nRight per class and pair (windows right / windows):\n\n| pair | %s |\n|---|%s\n", joinWorkloads(Workloads, " | "), strings.Repeat("---:|", len(Workloads)))
 	for _, p := range ps {
 		var cells []string
 		for _, c := range Workloads {
@@ -141,7 +141,7 @@ func RenderEvaluation(ws []Scored) (string, error) {
 		}
 		n, right := 0, 0
 		for _, w := range ws {
-			if w.Confidence >= lo && (w.Confidence < hi || (hi == 1 && w.Confidence <= 1)) {
+			if w.Confidence >= lo && (w.Confidence < hi || i == len(confidenceBands)-1) {
 				n++
 				if w.Right() {
 					right++

@@ -94,7 +94,10 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 	var out []RunResult
 	names := strings.Split(*flagWork, ",")
 	if *flagWork == "variants" {
-		names = strings.Split(joinWorkloads(Variants()), ", ")
+		names = nil
+		for _, v := range Variants() {
+			names = append(names, string(v))
+		}
 	}
 	for _, name := range names {
 		w, err := ParseWorkload(name)

@@ -46,7 +46,7 @@ func ParseWorkload(s string) (Workload, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q: want web, mail, fileserver, rfa or a variant (%s)", ErrUnknownWorkload, s, joinWorkloads(Variants()))
+	return "", fmt.Errorf("%w %q: want web, mail, fileserver, rfa or a variant (%s)", ErrUnknownWorkload, s, joinWorkloads(Variants(), ", "))
 }
 
 // Class returns the workload class w belongs to: w itself for one of
@@ -77,12 +77,12 @@ func Variants() []Workload {
 	return out
 }
 
-func joinWorkloads(ws []Workload) string {
+func joinWorkloads(ws []Workload, sep string) string {
 	s := make([]string, len(ws))
 	for i, w := range ws {
 		s[i] = string(w)
 	}
-	return strings.Join(s, ", ")
+	return strings.Join(s, sep)
 }
 
 //go:embed jobs/*.fio
