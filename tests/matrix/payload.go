@@ -117,29 +117,10 @@ func (p *Payload) WriteFile(rel string, data []byte) error {
 	return nil
 }
 
-// Make writes the staging directory into an ext4 image (mke2fs -d) with
-// room to spare, and returns its disk for the guest (read-only).
+// Make writes the staging directory into an ext4 image and returns its
+// disk for the guest (read-only).
 func (p *Payload) Make(ctx context.Context) (lab.DiskConfig, error) {
-	var size int64
-	err := filepath.Walk(p.Dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil {
-			size += fi.Size() + 4096
-		}
-		return err
-	})
-	if err != nil {
-		return lab.DiskConfig{}, fmt.Errorf("size the data disk: %w", err)
-	}
-	// ext4's metadata (inode tables, journal) and slack: half again plus
-	// 64 MiB, in whole MiB.
-	mib := (size*3/2)>>20 + 64
-	_ = os.Remove(p.Image)
-	out, err := exec.CommandContext(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-L", dataSerial,
-		"-E", "root_owner=0:0", "-d", p.Dir, p.Image, fmt.Sprintf("%dM", mib)).CombinedOutput()
-	if err != nil {
-		return lab.DiskConfig{}, fmt.Errorf("make the data disk with mke2fs -d %s: %w: %s", p.Dir, err, strings.TrimSpace(string(out)))
-	}
-	return lab.DiskConfig{ID: dataSerial, File: p.Image, Format: "raw", ReadOnly: true}, nil
+	return lab.DataDisk(ctx, p.Dir, p.Image, dataSerial)
 }
 
 // goTool runs the go tool for a static (CGO_ENABLED=0) build.

@@ -9,6 +9,12 @@
 //
 //   - jobs/*.fio model the personalities (each file says which Filebench
 //     parameters it follows and where it departs); Job returns them.
+//     jobs/CLASS-NAME.fio are variants of them, the classifier's held-out
+//     set (Variants).
+//   - apps/CLASS-NAME.sh run real programs instead of fio (Apps: dbench
+//     for the file server, safecat delivering Maildir mail, busybox httpd
+//     under k6 for the web), from a read-only tools disk (AppsDisk); they
+//     are held out from the classifier too.
 //   - Mount, Prepare and Run drive a workload in a running guest on a guest
 //     file system that MakeDisk made on the host (the guest has no mkfs).
 //   - Exporter starts fspair_exporter and scrapes it; ReadDisk picks one

@@ -19,7 +19,8 @@ const (
 
 // heldOutSection renders the evaluation of the live classifier on the
 // training runs (testdata/features.json, the runs its boxes were set on) and
-// on the held-out variants (testdata/variants.json, never used to set them),
+// on the held-out variants (testdata/variants.json, never used to set them)
+// and on real programs (testdata/apps.json, the Apps, held out as well),
 // per run window and per disjoint sub-window.
 func heldOutSection(t *testing.T) string {
 	t.Helper()
@@ -35,6 +36,10 @@ func heldOutSection(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	apps, err := LoadResults("testdata/apps.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b strings.Builder
 	for _, part := range []struct {
 		title string
@@ -43,6 +48,8 @@ func heldOutSection(t *testing.T) string {
 	}{
 		{"Held-out variants, one window per run (the run's steady state)", held.Runs, false},
 		{"Held-out variants, disjoint sub-windows of each run", held.Runs, true},
+		{"Real programs (apps), one window per run", apps.Runs, false},
+		{"Real programs (apps), disjoint sub-windows of each run", apps.Runs, true},
 		{"Training runs (the boxes were set on these), one window per run", train.Runs, false},
 	} {
 		md, err := RenderEvaluation(ScoreRuns(m, part.runs, part.sub))

@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ type guest struct {
 }
 
 // bootPair makes the host file system and image for p, boots a guest with
-// that one disk and mounts the guest file system.
-func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair) guest {
+// that one disk (and the disks, port forwards and memory size of extra, if
+// given) and
+// mounts the guest file system.
+func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair, extra ...lab.VMConfig) guest {
 	t.Helper()
 	h, err := l.NewHostFS(ctx, p.HostFS, hostFSMiB)
 	if err != nil {
@@ -39,7 +42,15 @@ func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair) guest {
 		t.Fatal(err)
 	}
 	// The exporter reads the guest side over a QMP monitor of its own.
-	vm, err := l.StartVM(ctx, lab.VMConfig{Name: "workload", MemMiB: guestMemMiB, Disks: []lab.DiskConfig{d}, FspairQMP: true})
+	cfg := lab.VMConfig{Name: "workload", MemMiB: guestMemMiB, Disks: []lab.DiskConfig{d}, FspairQMP: true}
+	for _, x := range extra {
+		cfg.Disks = append(cfg.Disks, x.Disks...)
+		cfg.HostFwd = append(cfg.HostFwd, x.HostFwd...)
+		if x.MemMiB > 0 {
+			cfg.MemMiB = x.MemMiB
+		}
+	}
+	vm, err := l.StartVM(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +77,7 @@ func buildExporter(t *testing.T) string {
 }
 
 func TestParseVariants(t *testing.T) {
-	for _, s := range []string{"mail", "mail-batched", "rfa-bigfiles"} {
+	for _, s := range []string{"mail", "mail-batched", "rfa-bigfiles", "mail-safecat"} {
 		w, err := ParseWorkload(s)
 		if err != nil || string(w) != s {
 			t.Errorf("ParseWorkload(%q) = %q, %v", s, w, err)
@@ -74,6 +85,20 @@ func TestParseVariants(t *testing.T) {
 	}
 	if w, _ := ParseWorkload("mail-batched"); w.Class() != Mail {
 		t.Errorf("class of mail-batched: %q", w.Class())
+	}
+	// Every app is named CLASS-NAME after a class, has its script, and
+	// is not also a fio variant.
+	for _, w := range AppWorkloads() {
+		if !slices.Contains(Workloads, w.Class()) || w.Class() == w {
+			t.Errorf("app %q: want CLASS-NAME with CLASS one of %v", w, Workloads)
+		}
+		a, _ := FindApp(w)
+		if _, err := appScripts.ReadFile("apps/" + a.script() + ".sh"); err != nil {
+			t.Errorf("app %q: %v", w, err)
+		}
+		if slices.Contains(Variants(), w) {
+			t.Errorf("app %q is also a fio variant", w)
+		}
 	}
 	for _, s := range []string{"mail-nonesuch", "db-oltp", "", "-"} {
 		if _, err := ParseWorkload(s); !errors.Is(err, ErrUnknownWorkload) {

@@ -4,10 +4,12 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -33,7 +35,8 @@ var (
 	flagInterval = flag.Duration("interval", 5*time.Second, "scrape interval")
 	flagOut      = flag.String("out", "testdata/features.json", "results file (merged)")
 	flagSwitch   = flag.String("switch", "ext4/xfs/raw", "pair for TestSwitch")
-	flagWork     = flag.String("workloads", "web,mail,fileserver,rfa", "workloads for TestMeasure, comma-separated (variants too: -workloads variants runs every jobs/CLASS-NAME.fio)")
+	flagWork     = flag.String("workloads", "web,mail,fileserver,rfa", "workloads for TestMeasure, comma-separated (variants and apps too: -workloads variants runs every jobs/CLASS-NAME.fio, -workloads apps every App)")
+	flagWebRate  = flag.Int("web-rate", 50, "requests per second k6 sends to a web app")
 	flagSub      = flag.Duration("subwindow", 0, "also record disjoint windows of this width inside each run's window (0: none)")
 )
 
@@ -70,9 +73,13 @@ func stampResults(res *Results, runs bool) {
 	if !runs && res.Setup.RuntimeSeconds > 0 {
 		return
 	}
+	mem := guestMemMiB
+	if *flagWork == "apps" {
+		mem = AppGuestMemMiB
+	}
 	res.Setup = Setup{
 		RuntimeSeconds: flagRuntime.Seconds(), WarmupSeconds: flagWarmup.Seconds(),
-		IntervalSeconds: flagInterval.Seconds(), GuestMemMiB: guestMemMiB, GuestCPUs: 1, ImageMiB: imageMiB,
+		IntervalSeconds: flagInterval.Seconds(), GuestMemMiB: mem, GuestCPUs: 1, ImageMiB: imageMiB,
 		Notes: "TCG guest, virtio-blk, cache=none aio=native unless the pair names a cache mode; window features from counter deltas between the first scrape after the warm-up and the last within the runtime",
 	}
 }
@@ -80,8 +87,51 @@ func stampResults(res *Results, runs bool) {
 // measurePair boots one guest for p and runs every workload in turn.
 func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 	ctx := context.Background()
+	names := strings.Split(*flagWork, ",")
+	switch *flagWork {
+	case "variants":
+		names = nil
+		for _, v := range Variants() {
+			names = append(names, string(v))
+		}
+	case "apps":
+		names = nil
+		for _, w := range AppWorkloads() {
+			names = append(names, string(w))
+		}
+	}
 	l := lab.ForTest(t)
-	g := bootPair(ctx, t, l, p)
+	// Apps need the tools disk, and a web app the port forward k6 sends
+	// its requests through.
+	var extra lab.VMConfig
+	webPort := 0
+	for _, name := range names {
+		a, ok := FindApp(Workload(name))
+		if !ok {
+			continue
+		}
+		if len(extra.Disks) == 0 {
+			d, err := AppsDisk(ctx, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			extra.Disks = append(extra.Disks, d)
+			extra.MemMiB = AppGuestMemMiB
+		}
+		if a.WebFiles > 0 && webPort == 0 {
+			var err error
+			if webPort, err = freePort(); err != nil {
+				t.Fatal(err)
+			}
+			extra.HostFwd = append(extra.HostFwd, lab.Forward{HostPort: webPort, GuestPort: 80})
+		}
+	}
+	g := bootPair(ctx, t, l, p, extra)
+	if len(extra.Disks) > 0 {
+		if err := MountApps(ctx, g.vm); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ex, err := StartExporter(ctx, bin)
 	if err != nil {
 		t.Fatal(err)
@@ -92,19 +142,22 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 	}
 	rec := ex.Record(ctx, g.disk.File, *flagInterval)
 	var out []RunResult
-	names := strings.Split(*flagWork, ",")
-	if *flagWork == "variants" {
-		names = nil
-		for _, v := range Variants() {
-			names = append(names, string(v))
-		}
-	}
 	for _, name := range names {
 		w, err := ParseWorkload(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ph, err := RunPhase(ctx, g.vm, rec, w, *flagRuntime)
+		a, isApp := FindApp(w)
+		var ph *Phase
+		if isApp {
+			var load func(context.Context, time.Duration) error
+			if a.WebFiles > 0 {
+				load = k6Web(t, webPort, a.WebFiles)
+			}
+			ph, err = RunAppPhase(ctx, g.vm, rec, a, *flagRuntime, load)
+		} else {
+			ph, err = RunPhase(ctx, g.vm, rec, w, *flagRuntime)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +172,11 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 			r.Windows = ph.Disjoint(rec.Points(), *flagWarmup, *flagSub)
 		}
 		out = append(out, r)
-		if err := Clean(ctx, g.vm, w); err != nil {
+		clean := func() error { return Clean(ctx, g.vm, w) }
+		if isApp {
+			clean = func() error { return CleanApp(ctx, g.vm, a) }
+		}
+		if err := clean(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,4 +333,35 @@ func TestGuestSeparation(t *testing.T) {
 		t.Fatalf("%s has no guest-side features: measure with TestMeasure first", *flagOut)
 	}
 	t.Logf("\n%s", b.String())
+}
+
+// k6Web returns the host's side of a web app: k6 (scripts/k6.sh builds
+// it) sending -web-rate requests per second for the runtime to random
+// files of the guest's site through the forward on port. k6's verdict on
+// its thresholds (exit status 99) is logged, not fatal: the measurement is
+// of the disk, and a slow TCG guest may miss a latency objective.
+func k6Web(t *testing.T, port, files int) func(context.Context, time.Duration) error {
+	t.Helper()
+	out, err := exec.Command("bash", "../../scripts/k6.sh", "path").Output()
+	if err != nil {
+		t.Fatalf("build k6 (scripts/k6.sh path): %v", err)
+	}
+	k6 := strings.TrimSpace(string(out))
+	return func(ctx context.Context, runtime time.Duration) error {
+		cmd := exec.CommandContext(ctx, k6, "run", "--quiet",
+			"-e", fmt.Sprintf("BASE_URL=http://127.0.0.1:%d", port), "-e", fmt.Sprintf("FILES=%d", files),
+			"-e", fmt.Sprintf("RATE=%d", *flagWebRate), "-e", fmt.Sprintf("DURATION=%ds", int(runtime.Seconds())),
+			"../k6/web.js")
+		b, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 99 {
+			t.Logf("k6: the web app missed a threshold of tests/k6/web.js:\n%s", tail(string(b), 1500))
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("k6 run web.js: %w\n%s", err, tail(string(b), 1500))
+		}
+		t.Logf("k6:\n%s", tail(string(b), 1500))
+		return nil
+	}
 }

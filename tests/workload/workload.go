@@ -34,7 +34,7 @@ var ErrUnknownWorkload = errors.New("unknown workload")
 
 // ParseWorkload returns the workload named s: one of Workloads, or a
 // variant of one, CLASS-NAME, that has a job file jobs/CLASS-NAME.fio (the
-// held-out validation set of the classifier, see Variants).
+// held-out validation set of the classifier, see Variants), or one of Apps.
 func ParseWorkload(s string) (Workload, error) {
 	for _, w := range Workloads {
 		if string(w) == s {
@@ -46,11 +46,15 @@ func ParseWorkload(s string) (Workload, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q: want web, mail, fileserver, rfa or a variant (%s)", ErrUnknownWorkload, s, joinWorkloads(Variants(), ", "))
+	if a, ok := FindApp(Workload(s)); ok {
+		return a.Workload, nil
+	}
+	return "", fmt.Errorf("%w %q: want web, mail, fileserver, rfa, a variant (%s) or an app (%s)",
+		ErrUnknownWorkload, s, joinWorkloads(Variants(), ", "), joinWorkloads(AppWorkloads(), ", "))
 }
 
 // Class returns the workload class w belongs to: w itself for one of
-// Workloads, CLASS for a variant CLASS-NAME.
+// Workloads, CLASS for a variant or an app CLASS-NAME.
 func (w Workload) Class() Workload {
 	c, _, _ := strings.Cut(string(w), "-")
 	return Workload(c)
