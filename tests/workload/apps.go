@@ -65,9 +65,9 @@ func AppWorkloads() []Workload {
 
 // AppGuestMemMiB is the memory of a guest that runs Apps: less than the fio
 // runs' 512 MiB, so that the stores the apps lay out (about 420 MB, du in
-// the guest) are about twice what its page cache holds (the kit's initramfs keeps ~100 MB
-// of it) and the apps read the disk, as servers whose data outgrows their
-// memory do. The fio models get there by dropping their files from the
+// the guest) are about twice what its page cache holds (the kit's
+// initramfs keeps ~100 MB of its memory) and the apps read the disk, as
+// servers whose data outgrows their memory do. The fio models get there by dropping their files from the
 // cache instead. (256 MiB is too little to unpack the kit.)
 const AppGuestMemMiB = 384
 
@@ -187,39 +187,34 @@ func (a App) step(ctx context.Context, vm *lab.VM, verb string, runtime time.Dur
 func RunAppPhase(ctx context.Context, vm *lab.VM, rec *Recorder, a App, runtime time.Duration,
 	load func(context.Context, time.Duration) error) (*Phase, error) {
 	w := a.Workload
-	rec.SetPhase(ctx, "prepare:"+string(w))
-	if _, err := vm.RunOK(ctx, fmt.Sprintf("rm -rf %[1]s && mkdir -p %[1]s", Dir(w))); err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", w, err)
+	prepare := func() error {
+		if _, err := vm.RunOK(ctx, fmt.Sprintf("rm -rf %[1]s && mkdir -p %[1]s", Dir(w))); err != nil {
+			return fmt.Errorf("prepare %s: %w", w, err)
+		}
+		if err := a.step(ctx, vm, "prepare", runtime); err != nil {
+			return err
+		}
+		if err := settle(ctx, vm); err != nil {
+			return fmt.Errorf("prepare %s: %w", w, err)
+		}
+		return nil
 	}
-	if err := a.step(ctx, vm, "prepare", runtime); err != nil {
-		return nil, err
+	run := func() error {
+		ctx, cancel := context.WithTimeout(ctx, runtime+3*time.Minute)
+		defer cancel()
+		loadErr := make(chan error, 1)
+		if load != nil {
+			go func() { loadErr <- load(ctx, runtime) }()
+		} else {
+			loadErr <- nil
+		}
+		err := a.step(ctx, vm, "run", runtime)
+		if lerr := <-loadErr; err == nil && lerr != nil {
+			err = fmt.Errorf("%s: the host's load: %w", w, lerr)
+		}
+		return err
 	}
-	if err := settle(ctx, vm); err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", w, err)
-	}
-	rec.SetPhase(ctx, string(w))
-	p := &Phase{Workload: w, Start: time.Now(), Runtime: runtime}
-	ctx, cancel := context.WithTimeout(ctx, runtime+3*time.Minute)
-	defer cancel()
-	loadErr := make(chan error, 1)
-	if load != nil {
-		go func() { loadErr <- load(ctx, runtime) }()
-	} else {
-		loadErr <- nil
-	}
-	err := a.step(ctx, vm, "run", runtime)
-	if lerr := <-loadErr; err == nil && lerr != nil {
-		err = fmt.Errorf("%s: the host's load: %w", w, lerr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if _, err := vm.RunOK(ctx, "sync"); err != nil {
-		return nil, fmt.Errorf("run %s: sync after the run: %w", w, err)
-	}
-	rec.SetPhase(ctx, "after:"+string(w))
-	p.End = time.Now()
-	return p, nil
+	return recordPhase(ctx, vm, rec, w, runtime, prepare, run)
 }
 
 // CleanApp stops what the app left running and removes its files.

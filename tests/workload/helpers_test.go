@@ -22,15 +22,15 @@ const (
 
 // guest is a booted lab guest with one workload disk, mounted.
 type guest struct {
-	vm   *lab.VM
-	disk lab.DiskConfig
-	dev  string
+	vm     *lab.VM
+	disk   lab.DiskConfig
+	dev    string
+	memMiB int // the memory it booted with
 }
 
 // bootPair makes the host file system and image for p, boots a guest with
 // that one disk (and the disks, port forwards and memory size of extra, if
-// given) and
-// mounts the guest file system.
+// given) and mounts the guest file system.
 func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair, extra ...lab.VMConfig) guest {
 	t.Helper()
 	h, err := l.NewHostFS(ctx, p.HostFS, hostFSMiB)
@@ -61,7 +61,7 @@ func bootPair(ctx context.Context, t *testing.T, l *lab.Lab, p Pair, extra ...la
 	if err := Mount(ctx, vm, dev, p.GuestFS); err != nil {
 		t.Fatal(err)
 	}
-	return guest{vm: vm, disk: d, dev: dev}
+	return guest{vm: vm, disk: d, dev: dev, memMiB: cfg.MemMiB}
 }
 
 // buildExporter builds the exporter into the test's temporary directory.

@@ -131,28 +131,45 @@ type Phase struct {
 // syncs the guest file system so that the image-file bytes of the phase are
 // complete, and the files stay in place (Clean removes them).
 func RunPhase(ctx context.Context, vm *lab.VM, rec *Recorder, w Workload, runtime time.Duration) (*Phase, error) {
-	rec.SetPhase(ctx, "prepare:"+string(w))
-	if err := Prepare(ctx, vm, w); err != nil {
-		return nil, err
-	}
-	rec.SetPhase(ctx, string(w))
-	p := &Phase{Workload: w, Start: time.Now(), Runtime: runtime}
-	first := len(rec.Points()) - 1
-	res, err := Run(ctx, vm, w, runtime)
+	var res *lab.FioResult
+	first := -1
+	p, err := recordPhase(ctx, vm, rec, w, runtime, func() error { return Prepare(ctx, vm, w) }, func() error {
+		first = len(rec.Points()) - 1
+		var err error
+		res, err = Run(ctx, vm, w, runtime)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := vm.RunOK(ctx, "sync"); err != nil {
-		return nil, fmt.Errorf("run %s: sync after fio: %w", w, err)
-	}
-	rec.SetPhase(ctx, "after:"+string(w))
-	p.End = time.Now()
 	p.Fio = summarize(res)
 	pts := rec.Points()
 	if first >= 0 && p.Fio.WriteBytes > 0 {
 		a, b := pts[first].Snapshot, pts[len(pts)-1].Snapshot
 		p.GuestWriteAmplification = (b.Bytes["write"] - a.Bytes["write"]) / float64(p.Fio.WriteBytes)
 	}
+	return p, nil
+}
+
+// recordPhase runs prepare under the phase "prepare:<w>" and run under
+// "<w>" (the phase's Start is when run began), syncs the guest file system
+// so that the image-file bytes of the phase are complete, and ends the
+// phase with "after:<w>".
+func recordPhase(ctx context.Context, vm *lab.VM, rec *Recorder, w Workload, runtime time.Duration, prepare, run func() error) (*Phase, error) {
+	rec.SetPhase(ctx, "prepare:"+string(w))
+	if err := prepare(); err != nil {
+		return nil, err
+	}
+	rec.SetPhase(ctx, string(w))
+	p := &Phase{Workload: w, Start: time.Now(), Runtime: runtime}
+	if err := run(); err != nil {
+		return nil, err
+	}
+	if _, err := vm.RunOK(ctx, "sync"); err != nil {
+		return nil, fmt.Errorf("run %s: sync after the run: %w", w, err)
+	}
+	rec.SetPhase(ctx, "after:"+string(w))
+	p.End = time.Now()
 	return p, nil
 }
 

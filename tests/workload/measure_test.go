@@ -54,11 +54,11 @@ func TestMeasure(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run(p.String(), func(t *testing.T) {
-			runs := measurePair(t, bin, p)
+			runs, memMiB := measurePair(t, bin, p)
 			for _, r := range runs {
 				res.Put(r)
 			}
-			stampResults(res, true)
+			stampResults(res, true, memMiB)
 			if err := res.Save(*flagOut); err != nil {
 				t.Fatal(err)
 			}
@@ -66,26 +66,24 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
-// stampResults records the command and the setup of TestMeasure; the
-// switch recording leaves the setup of the runs alone.
-func stampResults(res *Results, runs bool) {
+// stampResults records the command and the setup of TestMeasure, with
+// the memory the guest booted with; the switch recording leaves the setup
+// of the runs alone.
+func stampResults(res *Results, runs bool, memMiB int) {
 	res.Updated = time.Now().UTC().Truncate(time.Second)
 	if !runs && res.Setup.RuntimeSeconds > 0 {
 		return
 	}
-	mem := guestMemMiB
-	if *flagWork == "apps" {
-		mem = AppGuestMemMiB
-	}
 	res.Setup = Setup{
 		RuntimeSeconds: flagRuntime.Seconds(), WarmupSeconds: flagWarmup.Seconds(),
-		IntervalSeconds: flagInterval.Seconds(), GuestMemMiB: mem, GuestCPUs: 1, ImageMiB: imageMiB,
+		IntervalSeconds: flagInterval.Seconds(), GuestMemMiB: memMiB, GuestCPUs: 1, ImageMiB: imageMiB,
 		Notes: "TCG guest, virtio-blk, cache=none aio=native unless the pair names a cache mode; window features from counter deltas between the first scrape after the warm-up and the last within the runtime",
 	}
 }
 
-// measurePair boots one guest for p and runs every workload in turn.
-func measurePair(t *testing.T, bin string, p Pair) []RunResult {
+// measurePair boots one guest for p and runs every workload in turn. It
+// returns the runs and the guest's memory.
+func measurePair(t *testing.T, bin string, p Pair) ([]RunResult, int) {
 	ctx := context.Background()
 	names := strings.Split(*flagWork, ",")
 	switch *flagWork {
@@ -172,18 +170,19 @@ func measurePair(t *testing.T, bin string, p Pair) []RunResult {
 			r.Windows = ph.Disjoint(rec.Points(), *flagWarmup, *flagSub)
 		}
 		out = append(out, r)
-		clean := func() error { return Clean(ctx, g.vm, w) }
 		if isApp {
-			clean = func() error { return CleanApp(ctx, g.vm, a) }
+			err = CleanApp(ctx, g.vm, a)
+		} else {
+			err = Clean(ctx, g.vm, w)
 		}
-		if err := clean(); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := rec.Stop(); err != nil {
 		t.Logf("scrape errors (those points are missing): %v", err)
 	}
-	return out
+	return out, g.memMiB
 }
 
 // TestSwitch runs web and then mail in one running guest, scraping every
@@ -233,7 +232,7 @@ func TestSwitch(t *testing.T) {
 	}
 	t.Logf("class right %.0fs after the switch", FirstRight(samples, switchAt, Class(Mail)))
 	res.PutSwitch(sw)
-	stampResults(res, false)
+	stampResults(res, false, g.memMiB)
 	if err := res.Save(*flagOut); err != nil {
 		t.Fatal(err)
 	}
