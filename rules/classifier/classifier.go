@@ -280,14 +280,23 @@ type Result struct {
 // second, as the recording rules do at one evaluation (without their
 // hysteresis, which needs the previous evaluation).
 func (m *Model) Classify(x map[string]float64, iops float64) Result {
-	r := Result{Distances: map[string]float64{}, Scores: map[string]float64{}}
+	dist := map[string]float64{}
+	for _, c := range m.Classes {
+		dist[c.Name] = m.Distance(c, x)
+	}
+	return m.Score(dist, iops)
+}
+
+// Score scores a disk doing iops reads and writes per second whose distances
+// from the workload classes are dist (in units, by class name), as Classify
+// does with the distances from the model's boxes.
+func (m *Model) Score(dist map[string]float64, iops float64) Result {
+	r := Result{Distances: dist, Scores: map[string]float64{}}
 	idle := m.Idle.Of(iops)
 	r.Scores[Idle] = idle
 	minD := math.Inf(1)
 	for _, c := range m.Classes {
-		d := m.Distance(c, x)
-		r.Distances[c.Name] = d
-		minD = math.Min(minD, d)
+		minD = math.Min(minD, dist[c.Name])
 	}
 	sum := 0.0
 	for _, d := range r.Distances {

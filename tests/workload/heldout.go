@@ -40,18 +40,7 @@ func modelInputs(f Features) (map[string]float64, float64) {
 func ScoreRuns(m *classifier.Model, runs []RunResult, sub bool) []Scored {
 	var out []Scored
 	for _, r := range runs {
-		type win struct {
-			f    Features
-			secs float64
-		}
-		ws := []win{{r.Features, r.WindowSeconds}}
-		if sub {
-			ws = nil
-			for _, s := range r.Windows {
-				ws = append(ws, win{s.Features, s.Span})
-			}
-		}
-		for _, w := range ws {
+		for _, w := range windows(r, sub) {
 			x, iops := modelInputs(w.f)
 			c := m.Classify(x, iops)
 			out = append(out, Scored{Workload: r.Workload, Pair: r.Pair, Seconds: w.secs, Class: c.Class,
@@ -59,6 +48,24 @@ func ScoreRuns(m *classifier.Model, runs []RunResult, sub bool) []Scored {
 		}
 	}
 	return out
+}
+
+// A window is the features of one measured window and its width.
+type window struct {
+	f    Features
+	secs float64
+}
+
+// windows returns r's run window, or with sub its disjoint sub-windows.
+func windows(r RunResult, sub bool) []window {
+	if !sub {
+		return []window{{r.Features, r.WindowSeconds}}
+	}
+	var ws []window
+	for _, s := range r.Windows {
+		ws = append(ws, window{s.Features, s.Span})
+	}
+	return ws
 }
 
 // ErrNoWindows is returned by RenderEvaluation when there is nothing to

@@ -58,6 +58,22 @@ func heldOutSection(t *testing.T) string {
 		}
 		b.WriteString("#### " + part.title + "\n\n" + md + "\n")
 	}
+	every := append(append(append([]RunResult{}, train.Runs...), held.Runs...), apps.Runs...)
+	boxes := FamilyBoxes(m, every)
+	for _, part := range []struct {
+		title string
+		sub   bool
+	}{
+		{"One box per model family (an experiment, not the live classifier), one window per run", false},
+		{"One box per model family (an experiment, not the live classifier), disjoint sub-windows of each run", true},
+	} {
+		md, err := RenderFamilies(ScoreRuns(m, every, part.sub),
+			ScoreFamilies(m, boxes, every, part.sub, false), ScoreFamilies(m, boxes, every, part.sub, true))
+		if err != nil {
+			t.Fatalf("%s: %v", part.title, err)
+		}
+		b.WriteString("#### " + part.title + "\n\n" + md + "\n")
+	}
 	return b.String()
 }
 
