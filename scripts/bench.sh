@@ -24,7 +24,9 @@
 #     scrape_native_histograms (--histograms=native): a fresh exporter per
 #     format, so that each RSS is its own; series counted as Prometheus
 #     stores them (bench/series). The exporter runs in the syscall probe
-#     mode there, so that every histogram has data (the worst case).
+#     mode there, so that every histogram has data (the worst case), with
+#     --memory-limit=SCRAPE_MEMORY_LIMIT (default auto: no limit where the
+#     bench's cgroup has none).
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -78,6 +80,7 @@ REPS=${REPS:-5}          # runs per configuration
 PARTS=${PARTS:-iops,stats,scrape,ingest,libvirt,pathcost,kernel}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 5
 SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
+SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
 INGEST_WINDOW=${INGEST_WINDOW:-5m}      # measured
@@ -347,6 +350,13 @@ if want scrape || want ingest; then
 	disk_flags=()
 	[[ $help == *--probe.mode* ]] && disk_flags+=(--probe.mode=syscall)
 fi
+scrape_flags=()
+if want scrape && [[ $help == *--memory-limit* ]]; then
+	scrape_flags+=(--memory-limit="$SCRAPE_MEMORY_LIMIT")
+elif want scrape && [ "$SCRAPE_MEMORY_LIMIT" != auto ]; then
+	log "$BIN has no --memory-limit: SCRAPE_MEMORY_LIMIT=$SCRAPE_MEMORY_LIMIT cannot be set"
+	exit 1
+fi
 if want scrape; then
 	go build -o "$work/series" ./bench/series
 	declare -A prev_n prev_s
@@ -364,7 +374,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 	for format in $formats; do
 		accept=()
 		[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
-		exporter_on_disks "$format" "$n" "$cfg" $([ "$format" = proto ] && echo --histograms=native)
+		exporter_on_disks "$format" "$n" "$cfg" "${scrape_flags[@]}" $([ "$format" = proto ] && echo --histograms=native)
 		times=() ztimes=()
 		for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
 		# As Prometheus asks: gzip if the exporter will (curl inflates it).
@@ -377,11 +387,11 @@ want scrape && for n in $SCRAPE_DISKS; do
 		series=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | "$work/series" -format="$format")
 		# Series per disk: the growth over the previous row of the format,
 		# so that the exporter's own series (a few hundred) do not count.
-		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" \
+		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" -v ml="$SCRAPE_MEMORY_LIMIT" \
 			-v pn="${prev_n[$format]:-0}" -v ps="${prev_s[$format]:-0}" 'BEGIN {
 			per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
-			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB\n",
-				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6 }' | tee -a "$out"
+			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s\n",
+				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml }' | tee -a "$out"
 		prev_n[$format]=$n prev_s[$format]=$series
 		stop_exporter
 	done
