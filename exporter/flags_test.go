@@ -29,17 +29,24 @@ func runWith(t *testing.T, args ...string) (int, string) {
 	return code, <-out
 }
 
-// TestHistogramsFlag: a --histograms value other than classic, native or
-// both stops the exporter at start-up with usage status 2 and a message
-// that names the flag and the values it takes.
-func TestHistogramsFlag(t *testing.T) {
-	code, stderr := runWith(t, "--histograms=nativ")
+// usageError checks that the exporter given arg stops at start-up with
+// usage status 2 and a message naming each of wants.
+func usageError(t *testing.T, arg string, wants ...string) {
+	t.Helper()
+	code, stderr := runWith(t, arg)
 	if code != 2 {
-		t.Errorf("--histograms=nativ: exit %d, want 2", code)
+		t.Errorf("%s: exit %d, want 2", arg, code)
 	}
-	for _, want := range []string{"histograms", "want classic, native or both", "nativ"} {
+	for _, want := range wants {
 		if !strings.Contains(stderr, want) {
-			t.Errorf("--histograms=nativ: stderr %q does not name %q", stderr, want)
+			t.Errorf("%s: stderr %q does not name %q", arg, stderr, want)
 		}
 	}
+}
+
+// TestHistogramsFlag: a --histograms value other than classic, native or
+// both stops the exporter at start-up, naming the flag and the values it
+// takes.
+func TestHistogramsFlag(t *testing.T) {
+	usageError(t, "--histograms=nativ", "histograms", "want classic, native or both", "nativ")
 }
