@@ -20,12 +20,11 @@ import (
 //
 // This kernel has no device mapper (no /dev/mapper/control), so a
 // throttled dm-delay device is not among them. The two that cost are built
-// from loop devices and the lab machine's own disk; what they change in the
-// lab's runs has not been measured yet (no guests were booted when they
-// were added): that is for the next full run to show, beside each verdict.
-// A host-side smoke check (README.md, "Conditions": 200 O_DSYNC 4 KiB
-// writes) took 0.5 ms a write on loop and loop-direct and 1.3 ms on
-// loop-sync.
+// from loop devices and the lab machine's own disk. Measured in guests
+// (README.md, "What each condition changes"): they make the host device's
+// writes up to 14 times slower and take the cost out of plain loop's
+// flushes, but leave the TCG guests' throughput, which their emulated CPU
+// sets, within the noise.
 const (
 	// HostDevLoop is a loop device over a sparse file (tests/lab
 	// NewHostFS): its writes end in the lab machine's page cache; a flush
