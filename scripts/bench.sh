@@ -323,6 +323,11 @@ with open(cfg, "w") as out:
         out.write(f"  - domain: vm{i}\n    uuid: 00000000-0000-0000-0000-{i:012d}\n    target_device: vda\n    source_file: {path}\n")
 PY
 }
+# cpu_seconds: the user and system CPU time of a process so far (the
+# fields after the command name, which is in parentheses).
+cpu_seconds() { # pid
+	sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ print ($12 + $13) / hz }'
+}
 # exporter_on_disks: a fresh exporter on the config of make_disks, once it
 # follows all n disks, with one request of each operation done on each.
 exporter_on_disks() { # what n config [flags]
@@ -376,7 +381,9 @@ want scrape && for n in $SCRAPE_DISKS; do
 		[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
 		exporter_on_disks "$format" "$n" "$cfg" "${scrape_flags[@]}" $([ "$format" = proto ] && echo --histograms=native)
 		times=() ztimes=()
+		c0=$(cpu_seconds "$exporter")
 		for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+		c1=$(cpu_seconds "$exporter")
 		# As Prometheus asks: gzip if the exporter will (curl inflates it).
 		for _ in $(seq 20); do ztimes+=("$(curl -sf "${accept[@]}" --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
 		t=$(printf '%s\n' "${times[@]}" | median)
@@ -387,11 +394,11 @@ want scrape && for n in $SCRAPE_DISKS; do
 		series=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | "$work/series" -format="$format")
 		# Series per disk: the growth over the previous row of the format,
 		# so that the exporter's own series (a few hundred) do not count.
-		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" -v ml="$SCRAPE_MEMORY_LIMIT" \
+		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" -v ml="$SCRAPE_MEMORY_LIMIT" -v cpu="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print (b - a) / 20}')" \
 			-v pn="${prev_n[$format]:-0}" -v ps="${prev_s[$format]:-0}" 'BEGIN {
 			per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
-			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s\n",
-				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml }' | tee -a "$out"
+			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s  cpu %.1f ms a scrape\n",
+				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml, 1000*cpu }' | tee -a "$out"
 		prev_n[$format]=$n prev_s[$format]=$series
 		stop_exporter
 	done
@@ -455,11 +462,6 @@ between_scrapes() {
 }
 # version_of: the version a Prometheus binary reports (3.16.0, 2.42.0+ds).
 version_of() { "$1" --version 2>&1 | awk 'NR == 1 {print $3}'; }
-# cpu_seconds: the user and system CPU time of a process so far (the
-# fields after the command name, which is in parentheses).
-cpu_seconds() { # pid
-	sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ print ($12 + $13) / hz }'
-}
 if want ingest; then
 	warmup=$(seconds "$INGEST_WARMUP")
 	window=$(seconds "$INGEST_WINDOW")
