@@ -132,7 +132,6 @@ func run() int {
 	if !mem.keep {
 		debug.SetMemoryLimit(mem.bytes)
 	}
-	logger.Info("memory limit", "bytes", debug.SetMemoryLimit(-1), "from", mem.from)
 
 	opts := discovery.Options{
 		Libvirt:        *useLibvirt,
@@ -290,7 +289,8 @@ func run() int {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- web.ServeMultiple(listeners, srv, webConfig, logger) }()
-	logger.Info("started", "version", version.Info(), "probe_mode", running, "programs_attached", attached(probes), "disks", len(inv.Disks()))
+	logger.Info("started", "version", version.Info(), "probe_mode", running, "programs_attached", attached(probes), "disks", len(inv.Disks()),
+		"memory_limit_bytes", debug.SetMemoryLimit(-1), "memory_limit_from", mem.from)
 	select {
 	case err := <-errc:
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
