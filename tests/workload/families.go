@@ -72,29 +72,22 @@ func modelClass(m *classifier.Model, w Workload) (classifier.Class, bool) {
 // box is left out, so that each family is classed by a model it did not set
 // (leave one family out).
 func ScoreFamilies(m *classifier.Model, boxes []FamilyBox, runs []RunResult, sub, leaveOut bool) []Scored {
-	var out []Scored
-	for _, r := range runs {
-		for _, w := range windows(r, sub) {
-			x, iops := modelInputs(w.f)
-			dist := map[string]float64{}
-			for _, c := range m.Classes {
-				dist[c.Name] = math.Inf(1)
-			}
-			for _, b := range boxes {
-				if leaveOut && b.Family == r.Workload {
-					continue
-				}
-				c := classifier.Class{Name: string(b.Family.Class()), Box: b.Box}
-				if d := m.Distance(c, x); d < dist[c.Name] {
-					dist[c.Name] = d
-				}
-			}
-			res := m.Score(dist, iops)
-			out = append(out, Scored{Workload: r.Workload, Pair: r.Pair, Seconds: w.secs, Class: res.Class,
-				Confidence: res.Confidence, Scores: res.Scores, Distances: res.Distances})
+	return scoreWindows(runs, sub, func(r RunResult, x map[string]float64, iops float64) classifier.Result {
+		dist := map[string]float64{}
+		for _, c := range m.Classes {
+			dist[c.Name] = math.Inf(1)
 		}
-	}
-	return out
+		for _, b := range boxes {
+			if leaveOut && b.Family == r.Workload {
+				continue
+			}
+			c := classifier.Class{Name: string(b.Family.Class()), Box: b.Box}
+			if d := m.Distance(c, x); d < dist[c.Name] {
+				dist[c.Name] = d
+			}
+		}
+		return m.Score(dist, iops)
+	})
 }
 
 // RenderFamilies writes, per family, how many of its windows each model
@@ -119,11 +112,10 @@ func RenderFamilies(live, all, out []Scored) (string, error) {
 			rows[w], wrong[w] = &row{}, map[string]int{}
 			order = append(order, w)
 		}
+		if classes[w.Class()] == nil {
+			classes[w.Class()] = &row{}
+		}
 		for _, r := range []*row{rows[w], classes[w.Class()]} {
-			if r == nil {
-				r = &row{}
-				classes[w.Class()] = r
-			}
 			r.n++
 			r.live += b2i(live[i].Right())
 			r.all += b2i(all[i].Right())

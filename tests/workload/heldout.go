@@ -38,11 +38,20 @@ func modelInputs(f Features) (map[string]float64, float64) {
 // ScoreRuns classifies every run of runs with m: its whole window, or with
 // sub, each of its disjoint windows (TestMeasure -subwindow) instead.
 func ScoreRuns(m *classifier.Model, runs []RunResult, sub bool) []Scored {
+	return scoreWindows(runs, sub, func(_ RunResult, x map[string]float64, iops float64) classifier.Result {
+		return m.Classify(x, iops)
+	})
+}
+
+// scoreWindows classes every window of runs (sub: the disjoint
+// sub-windows) with classify, given the window's run, its classifier
+// inputs and its IOPS.
+func scoreWindows(runs []RunResult, sub bool, classify func(r RunResult, x map[string]float64, iops float64) classifier.Result) []Scored {
 	var out []Scored
 	for _, r := range runs {
 		for _, w := range windows(r, sub) {
 			x, iops := modelInputs(w.f)
-			c := m.Classify(x, iops)
+			c := classify(r, x, iops)
 			out = append(out, Scored{Workload: r.Workload, Pair: r.Pair, Seconds: w.secs, Class: c.Class,
 				Confidence: c.Confidence, Scores: c.Scores, Distances: c.Distances})
 		}
