@@ -43,7 +43,7 @@ func familyOf(d *prometheus.Desc, typ string) *family {
 
 func histFamilyOf(d *prometheus.Desc, sh shape) *histFamily {
 	i := descs[d]
-	return newHistFamily(i.name, i.help, sh.bounds, sh.native)
+	return newHistFamily(i.name, i.help, sh)
 }
 
 // sink is what the family writers below write to: the text format
@@ -246,7 +246,9 @@ type directFamily struct {
 }
 
 // The writers of the families, one per family, in name order.
-var directFamilies = func() []directFamily {
+var directFamilies = newDirectFamilies()
+
+func newDirectFamilies() []directFamily {
 	fams := []directFamily{
 		// Per disk, from the disk's counters.
 		diskVec(diskRequests, opExtra, opSeen, func(r *diskRow) []uint64 { return r.c.Requests[:] }),
@@ -316,7 +318,7 @@ var directFamilies = func() []directFamily {
 	fams = append(fams, guestFamilies()...)
 	slices.SortFunc(fams, func(a, b directFamily) int { return strings.Compare(a.name, b.name) })
 	return fams
-}()
+}
 
 // directNames are the families written directly; the registry must not
 // have any of them.
@@ -478,14 +480,15 @@ func diskHist(d *prometheus.Desc, sh shape, each func(t sink, h *histFamily, r *
 // (the slots of fspair_disk_request_duration_seconds), host_queue and
 // device from the host side.
 func stages() directFamily {
-	h := histFamilyOf(diskStage, latencyShape)
+	h := histFamilyOf(diskStage, stageShape)
+	file := histFamilyOf(diskStage, stageFileShape) // the same family, no classic bucket
 	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
 		for i := range s.disks {
 			r := &s.disks[i]
 			for j := range dirExtra {
 				if r.disk {
-					t.histogram(h, r.labels, stageFile[j], r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
+					t.histogram(file, r.labels, stageFile[j], r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
 				}
 				if r.host {
 					t.histogram(h, r.labels, stageQueue[j], r.h.Queue[j][:], float64(r.h.QueueSumNs[j])/1e9)

@@ -709,7 +709,8 @@ func TestLeLikeClientGolang(t *testing.T) {
 				want = append(want, `,le="`+line[i+4:strings.Index(line[i+4:], `"`)+i+4]+`"} `)
 			}
 		}
-		if got := newHistFamily("h", "h", bounds, nil).le; !reflect.DeepEqual(got, want) {
+		all := shape{bounds: bounds, keep: keepIf(len(bounds), func(int) bool { return true })}
+		if got := newHistFamily("h", "h", all).le; !reflect.DeepEqual(got, want) {
 			t.Errorf("le labels\n got %q\nwant %q", got, want)
 		}
 	}

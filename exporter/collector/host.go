@@ -112,8 +112,8 @@ func (c *HostCollector) Update(ch chan<- prometheus.Metric) error {
 }
 
 // latency sends a latency histogram whose sum the kernel keeps in ns.
-func latency(ch chan<- prometheus.Metric, desc *prometheus.Desc, slots []uint64, sumNs uint64, labels ...string) error {
-	m, err := histogram(desc, latencyBounds, slots, float64(sumNs)/1e9, labels...)
+func latency(ch chan<- prometheus.Metric, desc *prometheus.Desc, sh shape, slots []uint64, sumNs uint64, labels ...string) error {
+	m, err := histogram(desc, sh, slots, float64(sumNs)/1e9, labels...)
 	if err == nil {
 		ch <- m
 	}
@@ -154,10 +154,10 @@ func (c *HostCollector) updateDisk(ch chan<- prometheus.Metric, d inventory.Disk
 		counter(diskDeviceRequests, s.Requests[i], op)
 		counter(diskDeviceBytes, s.Bytes[i], op)
 		// stage=file comes from the disk collector, which holds those counters.
-		if err := latency(ch, diskStage, s.Queue[i][:], s.QueueSumNs[i], with(k, "host_queue", op)...); err != nil {
+		if err := latency(ch, diskStage, stageShape, s.Queue[i][:], s.QueueSumNs[i], with(k, "host_queue", op)...); err != nil {
 			return err
 		}
-		if err := latency(ch, diskStage, s.Service[i][:], s.ServiceSumNs[i], with(k, "device", op)...); err != nil {
+		if err := latency(ch, diskStage, stageShape, s.Service[i][:], s.ServiceSumNs[i], with(k, "device", op)...); err != nil {
 			return err
 		}
 	}
@@ -185,10 +185,10 @@ func (c *HostCollector) updateDevice(ch chan<- prometheus.Metric, dev inventory.
 	counter(hostDeviceDiscardBytes, s.DiscardBytes)
 	ch <- prometheus.MustNewConstMetric(hostDeviceDisks, prometheus.GaugeValue, float64(dev.Disks), k...)
 	for i, op := range dirNames {
-		if err := latency(ch, hostDeviceService, s.Service[i][:], s.ServiceSumNs[i], with(k, op)...); err != nil {
+		if err := latency(ch, hostDeviceService, latencyShape, s.Service[i][:], s.ServiceSumNs[i], with(k, op)...); err != nil {
 			return err
 		}
-		if err := latency(ch, hostDeviceQueue, s.Queue[i][:], s.QueueSumNs[i], with(k, op)...); err != nil {
+		if err := latency(ch, hostDeviceQueue, latencyShape, s.Queue[i][:], s.QueueSumNs[i], with(k, op)...); err != nil {
 			return err
 		}
 	}

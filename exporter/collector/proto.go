@@ -238,8 +238,14 @@ func (t *protoWriter) histogram(h *histFamily, labels, extra lbl, slots []uint64
 	b = protowire.AppendFixed64(b, math.Float64bits(sum))
 	if t.mode.classic() {
 		var cum uint64
-		for i, bound := range h.bounds {
+		k := 0 // h.bounds of the next bucket
+		for i, keep := range h.keep {
 			cum += slots[i]
+			if !keep {
+				continue
+			}
+			bound := h.bounds[k]
+			k++
 			b = protowire.AppendTag(b, pbHistBucket, protowire.BytesType)
 			b = protowire.AppendVarint(b, uint64(protowire.SizeTag(pbBucketCount)+protowire.SizeVarint(cum)+protowire.SizeTag(pbBucketBound)+8))
 			b = protowire.AppendTag(b, pbBucketCount, protowire.VarintType)

@@ -133,14 +133,19 @@ func (t *textWriter) histogram(h *histFamily, l, e lbl, slots []uint64, sum floa
 	labels, extra := l.text, e.text
 	t.head()
 	var cum uint64
-	for i, le := range h.le {
-		cum += slots[i]
+	k := 0 // h.le of the next bucket
+	for i, n := range slots {
+		cum += n
+		if i < len(h.keep) && !h.keep[i] {
+			continue
+		}
 		t.buf = append(t.buf, h.bucket...)
 		t.buf = append(t.buf, labels...)
 		t.buf = append(t.buf, extra...)
-		t.buf = append(t.buf, le...)
+		t.buf = append(t.buf, h.le[k]...)
 		t.buf = strconv.AppendUint(t.buf, cum, 10)
 		t.buf = append(t.buf, '\n')
+		k++
 	}
 	t.buf = append(t.buf, h.sum...)
 	t.buf = append(t.buf, labels...)
@@ -171,23 +176,29 @@ func newFamily(name, help, typ string) *family {
 }
 
 // histFamily is a histogram family with its series names and the le label
-// of each bucket written out once, and where each slot goes in a native
-// histogram.
+// of each classic bucket written out once, which slots end a classic
+// bucket, and where each slot goes in a native histogram.
 type histFamily struct {
 	family
 	bucket, sum, count string
-	// le[i] is ",le=\"<bound>\"} ", the last one +Inf.
+	// le[k] is ",le=\"<bound>\"} " of the k-th classic bucket, the last
+	// one +Inf.
 	le     []string
-	bounds []float64 // the finite upper bounds
+	bounds []float64 // the classic buckets' finite upper bounds
+	keep   []bool    // keep[i]: slot i ends a classic bucket (shape.keep)
 	native *nativeLayout
 }
 
-func newHistFamily(name, help string, bounds []float64, native *nativeLayout) *histFamily {
+func newHistFamily(name, help string, sh shape) *histFamily {
 	h := &histFamily{family: *newFamily(name, help, "histogram"),
-		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{", bounds: bounds, native: native}
-	for _, b := range append(append([]float64{}, bounds...), math.Inf(+1)) {
-		h.le = append(h.le, `,le="`+formatFloat(b)+`"} `)
+		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{", keep: sh.keep, native: sh.native}
+	for i, b := range sh.bounds {
+		if sh.keep[i] {
+			h.bounds = append(h.bounds, b)
+			h.le = append(h.le, `,le="`+formatFloat(b)+`"} `)
+		}
 	}
+	h.le = append(h.le, `,le="+Inf"} `)
 	return h
 }
 
@@ -204,11 +215,11 @@ func newHistFamily(name, help string, bounds []float64, native *nativeLayout) *h
 // histogram first appears (once per disk, operation and histogram); the
 // fspair_disk_requests_total counters, always written, count them.
 func (h *histFamily) observed(slots []uint64, err *error) bool {
-	if len(slots) != len(h.le) {
+	if len(slots) != len(h.keep)+1 {
 		// The bounds follow the BPF slot arrays (TestSeekBoundsMatchSlots);
 		// a mismatch is a bug, reported rather than written wrong.
 		if *err == nil {
-			*err = fmt.Errorf("histogram %s: %d slots for %d buckets", h.name, len(slots), len(h.le))
+			*err = fmt.Errorf("histogram %s: %d slots for %d bounds", h.name, len(slots), len(h.keep))
 		}
 		return false
 	}
