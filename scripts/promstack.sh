@@ -20,6 +20,10 @@
 # deploy/fleet) is built from a copy of its module too: its go.mod has replace
 # directives, which `go install module@version` refuses, and names a newer Go
 # patch release than Debian's, which GOTOOLCHAIN=auto fetches from the proxy.
+# Prometheus is built with its build tag remove_all_sd: of its service
+# discoveries it keeps static, file and http ones, the only ones fspair's
+# configurations use; the others (Kubernetes, the clouds, Consul ...) were
+# most of a cold build (609 s of CI's first run on 2026-11-27).
 # `build` builds all three (make test runs the lab fleet); `build thanos`
 # Thanos alone.
 set -euo pipefail
@@ -67,7 +71,7 @@ build_prometheus() {
 	echo "promstack: building Prometheus $PROMETHEUS_VERSION ($mod) into $prom_dir (cold: several minutes)" >&2
 	mkdir -p "$cache"
 	tmp=$(mktemp -d "$cache/.prometheus.XXXXXX")
-	GOBIN=$tmp gobuild install -trimpath -ldflags "$(ldflags "$PROMETHEUS_VERSION")" \
+	GOBIN=$tmp gobuild install -trimpath -tags remove_all_sd -ldflags "$(ldflags "$PROMETHEUS_VERSION")" \
 		"github.com/prometheus/prometheus/cmd/prometheus@$mod" \
 		"github.com/prometheus/prometheus/cmd/promtool@$mod" ||
 		{ rm -rf "$tmp"; die "build Prometheus $PROMETHEUS_VERSION failed: the Go module proxy must be reachable the first time"; }

@@ -229,7 +229,7 @@ func TestResultsFile(t *testing.T) {
 	}
 	doc := string(b)
 	want := doc
-	for _, kind := range []string{KindCI, KindFull} {
+	for _, kind := range []string{KindCI, KindFull, KindHeldOut} {
 		r, err := LoadResults(ResultsFile(kind))
 		if err != nil {
 			t.Fatal(err)
@@ -246,6 +246,7 @@ func TestResultsFile(t *testing.T) {
 		return
 	}
 	if want != doc {
-		t.Errorf("RESULTS.md is not what %s and %s render; go test ./tests/validate/ -run TestResultsFile -record rewrites it", ResultsFile(KindCI), ResultsFile(KindFull))
+		t.Errorf("RESULTS.md is not what %s, %s and %s render; go test ./tests/validate/ -run TestResultsFile -record rewrites it",
+			ResultsFile(KindCI), ResultsFile(KindFull), ResultsFile(KindHeldOut))
 	}
 }

@@ -13,7 +13,7 @@ import (
 // Results is the record of one validation run, saved as JSON
 // (testdata/results-<kind>.json) and rendered into RESULTS.md.
 type Results struct {
-	Kind     string       `json:"kind"` // KindCI or KindFull
+	Kind     string       `json:"kind"` // KindCI, KindFull or KindHeldOut
 	Updated  time.Time    `json:"updated"`
 	Command  string       `json:"command"` // of the last run merged in
 	Settings Settings     `json:"settings"`
@@ -27,6 +27,9 @@ type Results struct {
 const (
 	KindCI   = "ci"   // TestValidate: the CI subset, short rule windows
 	KindFull = "full" // TestValidateFull (build tag validate): the matrix, production windows
+	// KindHeldOut: TestValidateHeldOut (build tag validate), the
+	// classifier's held-out variants, short rule windows.
+	KindHeldOut = "heldout"
 )
 
 // Settings are the conditions of a run.
