@@ -496,12 +496,12 @@ func (e *env) checkAlert(ctx context.Context, d *disk, w workload.Workload, win 
 	switch {
 	case a.Expected && a.DeliveredSeconds == nil:
 		probs = append(probs, fmt.Sprintf("%s{class=%q} not delivered to the webhook by %s after the switch (pending %s, firing %s)",
-			poorPairing, w, deadline.Sub(win.Start).Round(time.Second), fmtOpt(a.PendingSeconds), fmtOpt(a.FiringSeconds)))
+			poorPairing, w.Class(), deadline.Sub(win.Start).Round(time.Second), fmtOpt(a.PendingSeconds), fmtOpt(a.FiringSeconds)))
 	case a.Expected && !strings.HasSuffix(a.RunbookURL, runbookPath):
 		probs = append(probs, fmt.Sprintf("%s runbook_url %q, want a URL of %s", poorPairing, a.RunbookURL, runbookPath))
 	case !a.Expected && (a.PendingSeconds != nil || a.FiringSeconds != nil || a.DeliveredSeconds != nil):
 		probs = append(probs, fmt.Sprintf("%s{class=%q} raised on a pair the knowledge base calls %q for it (pending %s, firing %s, delivered %s)",
-			poorPairing, w, verdict, fmtOpt(a.PendingSeconds), fmtOpt(a.FiringSeconds), fmtOpt(a.DeliveredSeconds)))
+			poorPairing, w.Class(), verdict, fmtOpt(a.PendingSeconds), fmtOpt(a.FiringSeconds), fmtOpt(a.DeliveredSeconds)))
 	}
 	if !a.Expected {
 		// A workload on a pair that is not worst for it must not raise
