@@ -129,6 +129,8 @@ type shape struct {
 //     the bucket between them), +-4 KiB, 256 KiB, 16 MiB, 1 GiB, 64 GiB.
 //
 // 194 series for the typical disk (TestSeriesPerDisk).
+
+// keepIf is the keep flags of n bounds: bound i is kept where f(i).
 func keepIf(n int, f func(i int) bool) []bool {
 	k := make([]bool, n)
 	for i := range k {
