@@ -184,12 +184,13 @@ func keepEvery(n, step int) []bool {
 // +Inf bucket counts it. Counts and sums are the kernel's, so native and
 // classic agree on both exactly.
 var (
-	latencyNative     = pow2Native(len(latencyBounds), -20, true)
-	latencyShape      = shape{latencyBounds, keepEvery(len(latencyBounds), 2), latencyNative}
-	stageShape        = shape{latencyBounds, keepEvery(len(latencyBounds), 3), latencyNative}
-	stageFileShape    = shape{latencyBounds, make([]bool, len(latencyBounds)), latencyNative}
-	interarrivalShape = stageFileShape
-	sizeShape         = shape{sizeBounds, keepIf(len(sizeBounds), func(i int) bool { return i%2 == 1 && i < len(sizeBounds)-1 }),
+	latencyNative = pow2Native(len(latencyBounds), -20, true)
+	latencyShape  = shape{latencyBounds, keepEvery(len(latencyBounds), 2), latencyNative}
+	stageShape    = shape{latencyBounds, keepEvery(len(latencyBounds), 3), latencyNative}
+	// stage="file" and the inter-arrival time: _sum and _count only.
+	unbucketedLatencyShape = shape{latencyBounds, make([]bool, len(latencyBounds)), latencyNative}
+	interarrivalShape      = unbucketedLatencyShape
+	sizeShape              = shape{sizeBounds, keepIf(len(sizeBounds), func(i int) bool { return i%2 == 1 && i < len(sizeBounds)-1 }),
 		pow2Native(len(sizeBounds), 9, true)}
 	outstandingShape = shape{outstandingBounds, keepEvery(len(outstandingBounds), 2),
 		pow2Native(len(outstandingBounds), 0, false)}
@@ -368,7 +369,7 @@ func emitCounters(ch chan<- prometheus.Metric, k []string, s *bpf.DiskCounters) 
 		}
 		// The first stage of fspair_disk_stage_seconds (the host collector
 		// adds host_queue and device): the image-file request itself.
-		if err := hist(diskStage, stageFileShape, s.Latency[i][:], float64(s.LatencySumNs[i])/1e9, "file", op); err != nil {
+		if err := hist(diskStage, unbucketedLatencyShape, s.Latency[i][:], float64(s.LatencySumNs[i])/1e9, "file", op); err != nil {
 			return err
 		}
 		counter(diskSequential, s.Sequential[i], op)

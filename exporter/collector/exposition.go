@@ -481,7 +481,7 @@ func diskHist(d *prometheus.Desc, sh shape, each func(t sink, h *histFamily, r *
 // device from the host side.
 func stages() directFamily {
 	h := histFamilyOf(diskStage, stageShape)
-	file := histFamilyOf(diskStage, stageFileShape) // the same family, no classic bucket
+	file := histFamilyOf(diskStage, unbucketedLatencyShape) // the same family, no classic bucket
 	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
 		for i := range s.disks {

@@ -228,24 +228,15 @@ func (t *protoWriter) histogram(h *histFamily, labels, extra lbl, slots []uint64
 	if !h.observed(slots, &t.err) {
 		return
 	}
-	var count uint64
-	for _, n := range slots {
-		count += n
-	}
+	var buf [maxClassicBuckets]uint64
+	cums := h.cumulative(buf[:0], slots)
 	b := protowire.AppendTag(t.hist[:0], pbHistCount, protowire.VarintType)
-	b = protowire.AppendVarint(b, count)
+	b = protowire.AppendVarint(b, cums[len(cums)-1])
 	b = protowire.AppendTag(b, pbHistSum, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, math.Float64bits(sum))
 	if t.mode.classic() {
-		var cum uint64
-		k := 0 // h.bounds of the next bucket
-		for i, keep := range h.keep {
-			cum += slots[i]
-			if !keep {
-				continue
-			}
-			bound := h.bounds[k]
-			k++
+		for k, bound := range h.bounds {
+			cum := cums[k]
 			b = protowire.AppendTag(b, pbHistBucket, protowire.BytesType)
 			b = protowire.AppendVarint(b, uint64(protowire.SizeTag(pbBucketCount)+protowire.SizeVarint(cum)+protowire.SizeTag(pbBucketBound)+8))
 			b = protowire.AppendTag(b, pbBucketCount, protowire.VarintType)

@@ -295,7 +295,7 @@ func TestNativeBuckets(t *testing.T) {
 // slot's bound until the test ends, so that a test can compare native
 // buckets with the slots one by one.
 func withEveryClassicBucket(t *testing.T) {
-	shapes := []*shape{&latencyShape, &stageShape, &stageFileShape, &interarrivalShape, &sizeShape, &outstandingShape, &seekShape}
+	shapes := []*shape{&latencyShape, &stageShape, &unbucketedLatencyShape, &interarrivalShape, &sizeShape, &outstandingShape, &seekShape}
 	saved := make([][]bool, len(shapes))
 	for i, sh := range shapes {
 		saved[i] = sh.keep
@@ -349,7 +349,7 @@ func TestClassicLayouts(t *testing.T) {
 	}{
 		{"request latency, every 4x from 2 us", latencyShape, pow2(1e-6, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23)},
 		{"host stages, every 8x from 4 us", stageShape, pow2(1e-6, 2, 5, 8, 11, 14, 17, 20, 23)},
-		{"stage file, none", stageFileShape, nil},
+		{"stage file, none", unbucketedLatencyShape, nil},
 		{"inter-arrival, none", interarrivalShape, nil},
 		{"sizes, every 4x from 1 KiB to 4 MiB", sizeShape, pow2(1, 10, 12, 14, 16, 18, 20, 22)},
 		{"outstanding, every 4x", outstandingShape, []float64{1, 4, 16, 64, 256}},

@@ -132,20 +132,15 @@ func (t *textWriter) histogram(h *histFamily, l, e lbl, slots []uint64, sum floa
 	}
 	labels, extra := l.text, e.text
 	t.head()
-	var cum uint64
-	k := 0 // h.le of the next bucket
-	for i, n := range slots {
-		cum += n
-		if i < len(h.keep) && !h.keep[i] {
-			continue
-		}
+	var buf [maxClassicBuckets]uint64
+	cums := h.cumulative(buf[:0], slots)
+	for k, cum := range cums {
 		t.buf = append(t.buf, h.bucket...)
 		t.buf = append(t.buf, labels...)
 		t.buf = append(t.buf, extra...)
 		t.buf = append(t.buf, h.le[k]...)
 		t.buf = strconv.AppendUint(t.buf, cum, 10)
 		t.buf = append(t.buf, '\n')
-		k++
 	}
 	t.buf = append(t.buf, h.sum...)
 	t.buf = append(t.buf, labels...)
@@ -157,7 +152,7 @@ func (t *textWriter) histogram(h *histFamily, l, e lbl, slots []uint64, sum floa
 	t.buf = append(t.buf, labels...)
 	t.buf = append(t.buf, extra...)
 	t.buf = append(t.buf, "} "...)
-	t.buf = strconv.AppendUint(t.buf, cum, 10)
+	t.buf = strconv.AppendUint(t.buf, cums[len(cums)-1], 10)
 	t.buf = append(t.buf, '\n')
 	t.maybeFlush()
 }
@@ -176,8 +171,8 @@ func newFamily(name, help, typ string) *family {
 }
 
 // histFamily is a histogram family with its series names and the le label
-// of each classic bucket written out once, which slots end a classic
-// bucket, and where each slot goes in a native histogram.
+// of each classic bucket written out once, the kernel slots each classic
+// bucket ends at, and where each slot goes in a native histogram.
 type histFamily struct {
 	family
 	bucket, sum, count string
@@ -185,21 +180,46 @@ type histFamily struct {
 	// one +Inf.
 	le     []string
 	bounds []float64 // the classic buckets' finite upper bounds
-	keep   []bool    // keep[i]: slot i ends a classic bucket (shape.keep)
+	// ends[k] is one past the last slot counted in the k-th classic
+	// bucket; the last is the number of slots (+Inf).
+	ends   []int
 	native *nativeLayout
 }
 
+// maxClassicBuckets bounds the classic buckets of a histogram (+Inf
+// included): the seek distance's 28 bounds, all kept, make 29.
+const maxClassicBuckets = 32
+
 func newHistFamily(name, help string, sh shape) *histFamily {
 	h := &histFamily{family: *newFamily(name, help, "histogram"),
-		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{", keep: sh.keep, native: sh.native}
+		bucket: name + "_bucket{", sum: name + "_sum{", count: name + "_count{", native: sh.native}
 	for i, b := range sh.bounds {
 		if sh.keep[i] {
 			h.bounds = append(h.bounds, b)
 			h.le = append(h.le, `,le="`+formatFloat(b)+`"} `)
+			h.ends = append(h.ends, i+1)
 		}
 	}
 	h.le = append(h.le, `,le="+Inf"} `)
+	h.ends = append(h.ends, len(sh.bounds)+1)
+	if len(h.ends) > maxClassicBuckets {
+		panic(fmt.Sprintf("histogram %s: %d classic buckets, at most %d", name, len(h.ends), maxClassicBuckets))
+	}
 	return h
+}
+
+// cumulative appends to dst the count of each classic bucket, +Inf (the
+// histogram's count) last: both writers read them from here.
+func (h *histFamily) cumulative(dst, slots []uint64) []uint64 {
+	var cum uint64
+	i := 0
+	for _, end := range h.ends {
+		for ; i < end; i++ {
+			cum += slots[i]
+		}
+		dst = append(dst, cum)
+	}
+	return dst
 }
 
 // observed says whether a histogram's slots have any observation, and
@@ -215,11 +235,11 @@ func newHistFamily(name, help string, sh shape) *histFamily {
 // histogram first appears (once per disk, operation and histogram); the
 // fspair_disk_requests_total counters, always written, count them.
 func (h *histFamily) observed(slots []uint64, err *error) bool {
-	if len(slots) != len(h.keep)+1 {
+	if n := h.ends[len(h.ends)-1]; len(slots) != n {
 		// The bounds follow the BPF slot arrays (TestSeekBoundsMatchSlots);
 		// a mismatch is a bug, reported rather than written wrong.
 		if *err == nil {
-			*err = fmt.Errorf("histogram %s: %d slots for %d bounds", h.name, len(slots), len(h.keep))
+			*err = fmt.Errorf("histogram %s: %d slots, want %d", h.name, len(slots), n)
 		}
 		return false
 	}
