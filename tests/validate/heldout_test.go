@@ -8,9 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/fspair/fspair/tests/alerting"
 	"github.com/fspair/fspair/tests/workload"
 )
 
@@ -53,17 +51,13 @@ func TestValidateHeldOut(t *testing.T) {
 			t.Fatalf("%s is not a held-out variant (workload.Variants)", w)
 		}
 	}
-	runValidation(t, config{
+	runValidation(t, shortWindows(config{
 		kind:      KindHeldOut,
 		pairs:     pairs,
 		workloads: ws,
-		rules:     alerting.RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01},
-		scrape:    5 * time.Second,
-		eval:      10 * time.Second,
-		runtime:   200 * time.Second,
 		record:    true,
 		tables:    *flagTables,
 		command: fmt.Sprintf("flock /var/tmp/fspair-lab.lock go test -tags validate -count=1 -v -timeout 2h ./tests/validate/ -run 'TestValidateHeldOut$' -heldout %s -heldout-pairs %s",
 			names, *flagHeldOutPairs),
-	})
+	}))
 }

@@ -36,18 +36,23 @@ const ciCommand = "flock /var/tmp/fspair-lab.lock go test -count=1 -v -timeout 4
 // for xfs/xfs running mail and fileserver, with its runbook, and never be
 // raised, not even pending, for ext4/xfs. About 16 minutes.
 func TestValidate(t *testing.T) {
-	runValidation(t, config{
+	runValidation(t, shortWindows(config{
 		kind:      KindCI,
 		pairs:     []workload.Pair{mustPair(t, "ext4/xfs/raw"), mustPair(t, "xfs/xfs/raw")},
 		workloads: workload.Workloads,
-		rules:     alerting.RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01},
-		scrape:    5 * time.Second,
-		eval:      10 * time.Second,
-		runtime:   200 * time.Second,
 		record:    *flagRecord,
 		tables:    *flagTables,
 		command:   ciCommand,
-	})
+	}))
+}
+
+// shortWindows sets c's rules, scrape and evaluation intervals and run
+// time to the CI subset's: 1m/5m windows, alerts' `for` scaled by 0.01,
+// 200 s a workload.
+func shortWindows(c config) config {
+	c.rules = alerting.RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01}
+	c.scrape, c.eval, c.runtime = 5*time.Second, 10*time.Second, 200*time.Second
+	return c
 }
 
 func mustPair(t *testing.T, s string) workload.Pair {
