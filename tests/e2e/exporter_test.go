@@ -111,7 +111,7 @@ func startExporterWith(t *testing.T, args ...string) *exporter {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("exporter log (tail):\n%s", tail(e.log.String(), 60))
+			keepLog(t, "exporter", e.log.String())
 		}
 	})
 	c := http.Client{Timeout: 2 * time.Second}
@@ -127,6 +127,27 @@ func startExporterWith(t *testing.T, args ...string) *exporter {
 	}
 	t.Fatalf("exporter did not serve within 60s; log:\n%s", e.log.String())
 	return nil
+}
+
+// failedLogs is where a failed test's process logs are kept whole.
+const failedLogs = "/var/tmp/fspair-e2e-logs"
+
+// keepLog writes a failed test's log of what to failedLogs and shows only
+// its last lines, so that the test's own failure messages stay next to its
+// result in a long CI output.
+func keepLog(t *testing.T, what, log string) {
+	t.Helper()
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	path := filepath.Join(failedLogs, fmt.Sprintf("%s-%s-%s.log", name, what, time.Now().UTC().Format("20060102T150405.000")))
+	err := os.MkdirAll(failedLogs, 0o755)
+	if err == nil {
+		err = os.WriteFile(path, []byte(log), 0o644)
+	}
+	if err != nil {
+		t.Logf("%s log (tail; keeping it whole failed: %v):\n%s", what, err, tail(log, 40))
+		return
+	}
+	t.Logf("%s log kept whole in %s; its tail:\n%s", what, path, tail(log, 8))
 }
 
 func tail(s string, n int) string {

@@ -380,7 +380,7 @@ func startProcess(t *testing.T, prefix []string, ready func(*exporter) bool, arg
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("exporter log (tail):\n%s", tail(e.log.String(), 40))
+			keepLog(t, "exporter", e.log.String())
 		}
 	})
 	deadline := time.Now().Add(60 * time.Second)
