@@ -7,9 +7,19 @@
 #     randread-direct goes to the device (O_DIRECT: the block-layer probes'
 #     case); randread and randwrite are served by the page cache (the highest
 #     rate a file sustains here). Runs alternate and repeat; the median is
-#     reported. Then the tax on an unrelated system call: a getppid loop
-#     (tests/matrix/csrc/getppid.c, as the guest bench runs it) under each of
-#     the same configurations.
+#     reported. Then the I/O fspair does not follow (WORKLOADS' @other and
+#     @noimage rows): the same fio on an untracked file beside the tracked
+#     one (same file system: its hooks fire, the filters must send it away)
+#     and on an XFS that holds no image (a loop device backed by /dev/shm,
+#     so that its I/O reaches no other host file system). Every run starts
+#     settled: its file synced and dropped from the page cache
+#     (POSIX_FADV_DONTNEED, the host's other caches left alone), a
+#     page-cache workload's file read back. Then the tax on an unrelated
+#     system call: a getppid loop (tests/matrix/csrc/getppid.c, as the guest
+#     bench runs it) under each of the same configurations. IOPS_VARIANTS
+#     replaces the configurations (default: none, MODES, libbpf-tools);
+#     MODE@TAG there runs the exporter binary BIN_TAG names in that mode,
+#     so that two builds are timed in one run.
 #  2. ns per event of every BPF program, from bpf_stats (--probe.stats),
 #     over one direct random-read run and one random-write run that syncs
 #     every 16 writes: fspair's programs in each mode, then libbpf-tools'
@@ -59,12 +69,18 @@
 #     of MATRIX_KERNELS (the Makefile's, Debian 12's 6.1, which has the
 #     trampolines this host lacks), QEMU pinned to one host core; fio
 #     4k psync random writes into and reads from the page cache of a 256 MiB
-#     ext4 file and O_DIRECT random reads, 10 s each, and a getppid(2) loop
-#     (the tax on an unrelated system call), under no tracer, the exporter
-#     in each probe mode (KERNEL_VARIANTS, default none, fentry, tracepoint,
-#     syscall, libbpf-tools; "current" is the exporter without a mode flag)
-#     and libbpf-tools biolatency+biopattern+bitesize; 5 rounds, order
-#     rotated, medians, ratios to no tracer; then each mode once more with
+#     ext4 file and O_DIRECT random reads, 10 s each, the same writes and
+#     O_DIRECT reads on an untracked file beside it and on an XFS with no
+#     image (the tax on I/O fspair does not follow), each run started
+#     settled (sync, caches dropped), and a getppid(2) loop (the tax on an
+#     unrelated system call), under no tracer, the exporter in each probe
+#     mode (KERNEL_VARIANTS, default none, fentry, tracepoint, syscall,
+#     libbpf-tools; "current" is the exporter without a mode flag;
+#     "empty-pair" an empty fentry+fexit pair on ext4's read and write
+#     functions, the hooks' own cost; MODE@TAG another build given as
+#     KERNEL_FLAGS="-exporter TAG=PATH") and libbpf-tools
+#     biolatency+biopattern+bitesize; 5 rounds, order rotated, medians,
+#     ratios to no tracer with their spread; then each mode once more with
 #     --probe.stats, for every program's BPF time per request (the profile).
 #     Results in bench/results-kernel.txt (KERNEL_FLAGS passes more flags,
 #     e.g. -rounds 3 -runtime 5s -profile=false). It takes the lab lock
@@ -77,6 +93,8 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/fspair_exporter}
 RUNTIME=${RUNTIME:-10}   # seconds per fio run
 REPS=${REPS:-5}          # runs per configuration
+# Part 1's workloads: on the tracked file, then on files fspair does not follow.
+WORKLOADS=${WORKLOADS:-randread-direct randread randwrite randwrite@other randread-direct@other randwrite@noimage randread-direct@noimage getppid}
 PARTS=${PARTS:-iops,stats,scrape,ingest,libvirt,pathcost,kernel}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 5
 SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
@@ -121,9 +139,9 @@ start_exporter() { # config file [flags]
 run_exporter() { # discovery flags
 	# Each timed scrape reads the counters afresh: no reuse of the last
 	# reading (--web.reuse, which an older BIN may not have).
-	local reuse=()
-	"$BIN" --help 2>&1 | grep -q -- '--web.reuse' && reuse=(--web.reuse=0)
-	"$BIN" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks="${MAX_DISKS:-2048}" --log.level=warn "${reuse[@]}" "$@" 9>&- &
+	local reuse=() bin=${exporter_bin:-$BIN}
+	"$bin" --help 2>&1 | grep -q -- '--web.reuse' && reuse=(--web.reuse=0)
+	"$bin" --web.listen-address=127.0.0.1:$PORT --bpf.max-disks="${MAX_DISKS:-2048}" --log.level=warn "${reuse[@]}" "$@" 9>&- &
 	exporter=$!
 	pids+=("$exporter")
 	for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null && return; sleep 0.1; done
@@ -131,10 +149,32 @@ run_exporter() { # discovery flags
 }
 stop_exporter() { kill "$exporter"; wait "$exporter" 2>/dev/null || true; }
 
-fio_iops() { # workload: randread-direct, randread, randwrite
-	local rw=${1%-direct} direct=0
-	[ "$1" != "$rw" ] && direct=1
-	fio --name=bench --filename="$work/host.img" --rw="$rw" --direct=$direct --bs=4k --size=512m --ioengine=psync \
+# iops_file: the file a workload of part 1 runs on: rw (the tracked file),
+# rw@other (untracked, same file system), rw@noimage (XFS with no image).
+iops_file() {
+	case $1 in
+	*@other) echo "$work/other.img" ;;
+	*@noimage) echo "$work/noimage/other.img" ;;
+	*) echo "$work/host.img" ;;
+	esac
+}
+
+# settle: the file synced and dropped from the page cache, then read back
+# whole when the workload runs in the page cache (not -direct): every run
+# starts from the same state, whatever the configuration before it left.
+settle() { # workload
+	local f
+	f=$(iops_file "$1")
+	sync "$f"
+	python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$f"
+	case ${1%@*} in *-direct) ;; *) cat "$f" >/dev/null ;; esac
+}
+
+fio_iops() { # workload: randread-direct, randread, randwrite, each also @other or @noimage
+	local w=${1%@*} rw direct=0
+	rw=${w%-direct}
+	[ "$w" != "$rw" ] && direct=1
+	fio --name=bench --filename="$(iops_file "$1")" --rw="$rw" --direct=$direct --bs=4k --size=512m --ioengine=psync \
 		--time_based --runtime="$RUNTIME" --randrepeat=0 --norandommap --output-format=json 2>/dev/null |
 		jq -r "[.jobs[0].read.iops, .jobs[0].write.iops] | add"
 }
@@ -196,13 +236,31 @@ disks:
 YML
 fi
 if want iops; then
+	[[ " ${IOPS_VARIANTS:-none} " == *" none "* ]] || { log "IOPS_VARIANTS=$IOPS_VARIANTS: the changes are to none, which it must include"; exit 1; }
 	gcc -O2 -static -o "$work/getppid" tests/matrix/csrc/getppid.c
-	for rw in randread-direct randread randwrite getppid; do
+	if [[ " $WORKLOADS " == *@other* ]]; then
+		fio --name=fill --filename="$work/other.img" --rw=write --bs=1m --size=512m --ioengine=psync --output=/dev/null
+	fi
+	if [[ " $WORKLOADS " == *@noimage* ]]; then
+		# An XFS no image lives on, on a loop device backed by tmpfs.
+		command -v mkfs.xfs >/dev/null || { log "mkfs.xfs is missing: make deps (scripts/install-deps.sh)"; exit 1; }
+		shm=$(mktemp -d /dev/shm/fspair-bench.XXXXXX)
+		undo+=("rm -rf $shm")
+		truncate -s 1G "$shm/xfs.raw"
+		mkfs.xfs -q "$shm/xfs.raw"
+		loopdev=$(losetup --find --show "$shm/xfs.raw")
+		undo+=("losetup -d $loopdev")
+		mkdir -p "$work/noimage"
+		mount -t xfs "$loopdev" "$work/noimage"
+		undo+=("umount $work/noimage")
+		fio --name=fill --filename="$work/noimage/other.img" --rw=write --bs=1m --size=512m --ioengine=psync --output=/dev/null
+	fi
+	for rw in $WORKLOADS; do
 		declare -A runs=()
 		for i in $(seq "$REPS"); do
 			# The configurations in a new order each round (rotated), so that
 			# a drift of the machine does not favour one.
-			confs=(none $MODES libbpf-tools)
+			read -r -a confs <<<"${IOPS_VARIANTS:-none $MODES libbpf-tools}"
 			n=${#confs[@]}
 			for j in $(seq 0 $((n - 1))); do
 				conf=${confs[$(((i + j) % n))]}
@@ -210,9 +268,13 @@ if want iops; then
 				case $conf in
 				none) ;;
 				libbpf-tools) bcc_start ;;
+				*@*) # MODE@TAG: the exporter BIN_TAG names, beside BIN's in the same run
+					tagvar=BIN_${conf#*@}
+					[ -x "${!tagvar:-}" ] || { log "$conf: set $tagvar to an exporter binary"; exit 1; }
+					exporter_bin=${!tagvar} start_exporter "$work/one.yml" --probe.mode="${conf%@*}" ;;
 				*) start_exporter "$work/one.yml" --probe.mode="$conf" ;;
 				esac
-				if [ "$rw" = getppid ]; then v=$(getppid_ns); else v=$(fio_iops "$rw"); fi
+				if [ "$rw" = getppid ]; then v=$(getppid_ns); else settle "$rw"; v=$(fio_iops "$rw"); fi
 				runs[$conf]+="$v "
 				case $conf in
 				none) ;;
@@ -222,15 +284,22 @@ if want iops; then
 			done
 		done
 		b=$(printf '%s\n' ${runs[none]} | median)
-		line=$(printf '%-15s none %.1f' "$rw" "$b")
-		for conf in $MODES libbpf-tools; do
+		line=$(printf '%-23s none %.1f' "$rw" "$b")
+		# Each configuration's median, its change against none's and the
+		# range of its runs (the spread the change is to be read against).
+		for conf in "${confs[@]}"; do
+			[ "$conf" = none ] && continue
 			v=$(printf '%s\n' ${runs[$conf]} | median)
 			line+=$(awk -v c="$conf" -v v="$v" -v b="$b" 'BEGIN { printf "  %s %.1f (%+.2f%%)", c, v, 100*(v-b)/b }')
+		done
+		line+="  | range:"
+		for conf in "${confs[@]}"; do
+			line+=$(printf '%s\n' ${runs[$conf]} | sort -g | awk -v c="$conf" '{a[NR]=$1} END {printf " %s %.1f-%.1f", c, a[1], a[NR]}')
 		done
 		unit=iops
 		[ "$rw" = getppid ] && unit=ns/call
 		echo "$unit $line" | tee -a "$out"
-		for conf in none $MODES libbpf-tools; do echo "$unit $rw runs $conf: ${runs[$conf]}"; done >> "$out"
+		for conf in "${confs[@]}"; do echo "$unit $rw runs $conf: ${runs[$conf]}"; done >> "$out"
 		unset runs
 	done
 fi

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -29,32 +30,88 @@ import (
 
 // benchWorkload is one fio run of the bench.
 type benchWorkload struct {
-	Name string
-	What string // for the report
-	Args []string
+	Name   string
+	What   string // for the report
+	File   string // the file fio runs on
+	Cached bool   // the run reads or writes the file's pages in the page cache
+	Args   []string
 }
 
-// benchFile is the bench's file: a 256 MiB ext4 file in the guest.
+// The bench's files, 256 MiB each: benchFile is the image the exporter
+// tracks; benchOtherFile is an untracked file on the same file system (its
+// hooks fire for it, the filters must send it away); benchNoImageFile is on
+// an XFS that holds no image (a file-system type whose hooks need not run
+// at all).
 const (
-	benchFile    = "/mnt/ext4/bench.dat"
-	benchFileMiB = 256
-	benchConfig  = "cells/bench.yml"
+	benchFile        = "/mnt/ext4/bench.dat"
+	benchOtherFile   = "/mnt/ext4/other.dat"
+	benchNoImageFile = "/mnt/xfs/other.dat"
+	benchFileMiB     = 256
+	benchConfig      = "cells/bench.yml"
 )
 
-// benchWorkloads are 4 KiB psync random I/O on benchFile: writes into the
-// page cache, reads from the page cache (the file was read whole before the
-// first round and stays cached), reads with O_DIRECT from the device.
+// benchFS are the guest's file systems: the tracked image's and one with no image.
+var benchFS = []string{"ext4", "xfs"}
+
+// benchWorkloads are 4 KiB psync random I/O: on benchFile, writes into the
+// page cache, reads from the page cache, reads with O_DIRECT from the
+// device; then the I/O fspair does not follow, writes into the page cache
+// and O_DIRECT reads on the untracked file beside the image and on the
+// file system with no image.
 func benchWorkloads(runtime time.Duration) []benchWorkload {
-	common := func(rw string, direct int) []string {
-		return []string{"--name=bench", "--filename=" + benchFile, "--size=" + fmt.Sprint(benchFileMiB) + "m",
+	common := func(file, rw string, direct int) []string {
+		return []string{"--name=bench", "--filename=" + file, "--size=" + fmt.Sprint(benchFileMiB) + "m",
 			"--rw=" + rw, "--bs=4k", "--ioengine=psync", fmt.Sprintf("--direct=%d", direct), "--invalidate=0",
 			"--norandommap", "--randrepeat=0", "--time_based", fmt.Sprintf("--runtime=%ds", int(runtime.Seconds()))}
 	}
-	return []benchWorkload{
-		{"randwrite-cached", "4 KiB random writes into the page cache", common("randwrite", 0)},
-		{"randread-cached", "4 KiB random reads from the page cache", common("randread", 0)},
-		{"randread-direct", "4 KiB random reads, O_DIRECT", common("randread", 1)},
+	var ws []benchWorkload
+	for _, f := range []struct{ prefix, what, file string }{
+		{"", "", benchFile},
+		{"other-", "untracked file beside the image: ", benchOtherFile},
+		{"noimage-", "file on an FS with no image: ", benchNoImageFile},
+	} {
+		ws = append(ws,
+			benchWorkload{f.prefix + "randwrite-cached", f.what + "4 KiB random writes into the page cache", f.file, true, common(f.file, "randwrite", 0)})
+		if f.prefix == "" {
+			ws = append(ws, benchWorkload{"randread-cached", "4 KiB random reads from the page cache", f.file, true, common(f.file, "randread", 0)})
+		}
+		ws = append(ws,
+			benchWorkload{f.prefix + "randread-direct", f.what + "4 KiB random reads, O_DIRECT", f.file, false, common(f.file, "randread", 1)})
 	}
+	return ws
+}
+
+// selectWorkloads returns the workloads named (all for none), in the bench's order.
+func selectWorkloads(all []benchWorkload, names []string) ([]benchWorkload, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []benchWorkload
+	known := map[string]bool{}
+	for _, w := range all {
+		known[w.Name] = true
+		if slices.Contains(names, w.Name) {
+			out = append(out, w)
+		}
+	}
+	for _, n := range names {
+		if !known[n] {
+			return nil, fmt.Errorf("unknown workload %q", n)
+		}
+	}
+	return out, nil
+}
+
+// settleScript brings the guest to the same state before every timed run:
+// dirty pages written back and every cache dropped, so that no variant
+// gains from writeback a slower start let drain; then the file of a
+// page-cache workload read back whole.
+func settleScript(w benchWorkload) string {
+	sh := "sync && echo 3 >/proc/sys/vm/drop_caches"
+	if w.Cached {
+		sh += " && cat " + w.File + " >/dev/null"
+	}
+	return sh
 }
 
 // variantLibbpf is the libbpf-tools variant's name; "none" runs no tracer;
@@ -62,6 +119,7 @@ func benchWorkloads(runtime time.Duration) []benchWorkload {
 const (
 	variantNone    = "none"
 	variantLibbpf  = "libbpf-tools"
+	variantPair    = "empty-pair" // empty fentry+fexit on ext4's read_iter and write_iter (bench/floor/bpf/pair.bpf.c)
 	getppidMetric  = "getppid"
 	libbpfWaitTime = 3 * time.Minute
 )
@@ -79,7 +137,10 @@ type BenchOptions struct {
 	Lock         string
 	CacheDir     string
 	Command      string
-	Profile      bool // after the rounds, each fspair mode's BPF time per request by program (profile.go)
+	Profile      bool              // after the rounds, each fspair mode's BPF time per request by program (profile.go)
+	Workloads    []string          // by name; empty: all
+	Settle       bool              // sync and drop caches before every timed run (settleScript)
+	Exporters    map[string]string // TAG -> a static exporter on the host, run by variants MODE@TAG
 }
 
 // BenchResult holds every sample: Samples[variant][metric] in round order
@@ -117,6 +178,18 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock (empty: none; do not run under flock on the same file)")
 	fs.StringVar(&o.CacheDir, "cache", lab.DefaultCacheDir(), "kit cache")
 	fs.BoolVar(&o.Profile, "profile", true, "after the rounds, run each fspair mode once more with --probe.stats and report its BPF time per request by program")
+	var workloads string
+	fs.StringVar(&workloads, "workloads", "", "workloads to run, comma-separated (default all: "+strings.Join(workloadNames(benchWorkloads(time.Second)), ",")+")")
+	fs.BoolVar(&o.Settle, "settle", true, "start every timed run from the same state: sync, drop the page cache, read a page-cache workload's file back")
+	o.Exporters = map[string]string{}
+	fs.Func("exporter", "TAG=PATH: another static build of fspair_exporter, run by the variants MODE@TAG (repeatable)", func(v string) error {
+		tag, path, ok := strings.Cut(v, "=")
+		if !ok || tag == "" || path == "" || strings.ContainsAny(tag, "@/ ") {
+			return fmt.Errorf("want TAG=PATH, got %q", v)
+		}
+		o.Exporters[tag] = path
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,8 +197,17 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.Variants = list(variants)
+	o.Workloads = list(workloads)
 	o.Command = "go run ./tests/matrix bench " + strings.Join(quoteArgs(args), " ")
 	var errs []error
+	if _, err := selectWorkloads(benchWorkloads(time.Second), o.Workloads); err != nil {
+		errs = append(errs, err)
+	}
+	for _, v := range o.Variants {
+		if _, tag, ok := strings.Cut(v, "@"); ok && o.Exporters[tag] == "" {
+			errs = append(errs, fmt.Errorf("variant %s: no -exporter %s=PATH", v, tag))
+		}
+	}
 	if o.Kernel == "" {
 		errs = append(errs, errors.New("no kernel: give -kernel or FSPAIR_MATRIX_KERNELS (make sets it from MATRIX_KERNELS)"))
 	}
@@ -175,12 +257,32 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
 	defer os.RemoveAll(work)
+	workloads, err := selectWorkloads(benchWorkloads(o.Runtime), o.Workloads)
+	if err != nil {
+		return nil, err
+	}
 	p, err := NewPayload(ctx, work, benchTools, logf)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.buildGetppid(ctx); err != nil {
 		return nil, err
+	}
+	if slices.Contains(o.Variants, variantPair) {
+		if err := p.buildFloor(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for tag, path := range o.Exporters {
+		if err := checkStatic(path); err != nil {
+			return nil, fmt.Errorf("-exporter %s: %w", tag, err)
+		}
+		if err := copyFile(path, p.Path(exporterBin+"-"+tag)); err != nil {
+			return nil, fmt.Errorf("-exporter %s: %w", tag, err)
+		}
+		if err := os.Chmod(p.Path(exporterBin+"-"+tag), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	cfg := configYAML([]trackedFile{{Domain: "bench", File: benchFile, Cache: "writeback", AIO: "threads"}})
 	if err := p.WriteFile(benchConfig, []byte(cfg)); err != nil {
@@ -207,13 +309,15 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			logf("tear down lab: %v", err)
 		}
 	}()
-	g, err := bootGuest(ctx, l, guestConfig{FS: []string{"ext4"}, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, Data: data})
+	g, err := bootGuest(ctx, l, guestConfig{FS: benchFS, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, Data: data})
 	if err != nil {
 		return nil, err
 	}
 	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s", g.Release, o.HostCPU)
-	if err := g.layOut(ctx, benchFile, benchFileMiB); err != nil {
-		return nil, err
+	for _, f := range []string{benchFile, benchOtherFile, benchNoImageFile} {
+		if err := g.layOut(ctx, f, benchFileMiB); err != nil {
+			return nil, err
+		}
 	}
 	// The cached-read workload reads a file the page cache holds whole.
 	if _, err := g.VM.RunOK(ctx, "cat "+benchFile+" >/dev/null && grep -E '^(Cached|MemFree)' /proc/meminfo"); err != nil {
@@ -221,7 +325,6 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 	}
 
 	res := &BenchResult{Options: o, Release: g.Release, Started: time.Now().UTC(), Waited: waited, Samples: map[string]map[string][]float64{}}
-	workloads := benchWorkloads(o.Runtime)
 	for round := 0; round < o.Rounds; round++ {
 		order := rotate(o.Variants, round)
 		res.Order = append(res.Order, order)
@@ -235,6 +338,12 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			}
 			var line []string
 			for _, w := range workloads {
+				if o.Settle {
+					if _, err := g.VM.RunOK(ctx, settleScript(w)); err != nil {
+						_ = stop()
+						return nil, fmt.Errorf("round %d, %s, settle before %s: %w", round+1, v, w.Name, err)
+					}
+				}
 				r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
 				if err != nil {
 					_ = stop()
@@ -287,6 +396,8 @@ func startVariant(ctx context.Context, g *Guest, v string) (func() error, error)
 		return func() error { return nil }, nil
 	case variantLibbpf:
 		return startLibbpfTools(ctx, g)
+	case variantPair:
+		return startPair(ctx, g)
 	default:
 		exp, err := g.startExporter(ctx, guestPath(benchConfig), v, []string{benchFile}, 3*time.Minute)
 		if err != nil {
@@ -297,6 +408,30 @@ func startVariant(ctx context.Context, g *Guest, v string) (func() error, error)
 			return err
 		}, nil
 	}
+}
+
+// startPair holds the empty fentry+fexit pair attached in the guest
+// (floor -hold) until the returned function stops it.
+func startPair(ctx context.Context, g *Guest) (func() error, error) {
+	stop := func() error {
+		_, err := g.VM.RunOK(context.WithoutCancel(ctx), `pid=$(cat /tmp/pair.pid 2>/dev/null) || exit 0
+kill $pid; i=0
+while kill -0 $pid 2>/dev/null; do i=$((i+1)); [ $i = 100 ] && kill -9 $pid; sleep 0.1; done
+rm -f /tmp/pair.pid`)
+		return err
+	}
+	sh := fmt.Sprintf(`%s -hold %s </dev/null >/tmp/pair.log 2>&1 &
+echo $! >/tmp/pair.pid
+i=0
+until grep -q '^attached:' /tmp/pair.log; do
+	kill -0 $(cat /tmp/pair.pid) 2>/dev/null || { echo 'floor exited:'; cat /tmp/pair.log; exit 3; }
+	i=$((i+1)); [ $i = 600 ] && { echo 'floor did not attach in 60 s:'; cat /tmp/pair.log; exit 4; }
+	sleep 0.1
+done`, guestPath(floorBin), guestPath(pairObject))
+	if _, err := g.VM.RunOK(ctx, sh); err != nil {
+		return nil, errors.Join(fmt.Errorf("attach the empty pair: %w", err), stop())
+	}
+	return stop, nil
 }
 
 // startLibbpfTools starts biolatency, biopattern and bitesize in the guest
@@ -394,12 +529,20 @@ func (r *BenchResult) Text() string {
 	w("# fspair kernel overhead bench %s\n", r.Started.Format(time.RFC3339))
 	w("# guest: %s (%s), 1 vCPU (TCG), %d MiB, QEMU pinned to host CPU %s; host: %d cores, kernel %s\n",
 		r.Release, o.Kernel, o.MemMiB, o.HostCPU, runtime.NumCPU(), hostKernel())
-	w("# fio psync 4 KiB on a %d MiB ext4 file, %s per run; getppid: %d calls per run; %d rounds, variant order rotated each round; medians\n",
-		benchFileMiB, o.Runtime, o.GetppidCalls, o.Rounds)
+	settle := "each run started as it came"
+	if o.Settle {
+		settle = "each run started after sync, dropping the caches and reading a page-cache workload's file back"
+	}
+	w("# fio psync 4 KiB on %d MiB files (%s tracked; %s untracked on the same ext4; %s on an XFS with no image), %s per run, %s; getppid: %d calls per run; %d rounds, variant order rotated each round; medians\n",
+		benchFileMiB, benchFile, benchOtherFile, benchNoImageFile, o.Runtime, settle, o.GetppidCalls, o.Rounds)
+	for _, tag := range slices.Sorted(maps.Keys(o.Exporters)) {
+		w("# variants @%s: the exporter built at %s\n", tag, o.Exporters[tag])
+	}
 	w("# command: %s (took %s, of which %s waiting for the lab lock)\n\n", o.Command, r.Took.Round(time.Second), r.Waited.Round(time.Second))
 	metrics := []string{}
 	heads := []string{}
-	for _, wl := range benchWorkloads(o.Runtime) {
+	workloads, _ := selectWorkloads(benchWorkloads(o.Runtime), o.Workloads)
+	for _, wl := range workloads {
 		metrics = append(metrics, wl.Name)
 		heads = append(heads, wl.What+" IOPS")
 	}
@@ -427,6 +570,21 @@ func (r *BenchResult) Text() string {
 		w("\n")
 	}
 	w("\nratio: the variant's median over no tracer's, from this run (IOPS: below 1 is a cost; getppid: above 1 is a cost).\n")
+	// The spread: each round's sample over no tracer's in the same round
+	// (rotated, so neighbours in time), the median and range of those.
+	w("\n| variant | workload | ratio to none in the same round: median | min | max |\n|---|---|---:|---:|---:|\n")
+	for _, v := range o.Variants {
+		if v == variantNone {
+			continue
+		}
+		for _, m := range metrics {
+			r := pairedRatios(r.Samples[v][m], r.Samples[variantNone][m])
+			if len(r) == 0 {
+				continue
+			}
+			w("| %s | %s | %.3f | %.3f | %.3f |\n", v, m, median(r), slices.Min(r), slices.Max(r))
+		}
+	}
 	b.WriteString(r.profileText())
 	w("\n")
 	for i, order := range r.Order {
@@ -450,4 +608,24 @@ func hostKernel() string {
 		return "?"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// workloadNames lists the workloads' names.
+func workloadNames(ws []benchWorkload) []string {
+	var n []string
+	for _, w := range ws {
+		n = append(n, w.Name)
+	}
+	return n
+}
+
+// pairedRatios divides each round's sample by the base's of the same round.
+func pairedRatios(v, base []float64) []float64 {
+	var out []float64
+	for i := range min(len(v), len(base)) {
+		if base[i] > 0 {
+			out = append(out, v[i]/base[i])
+		}
+	}
+	return out
 }

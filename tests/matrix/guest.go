@@ -169,9 +169,17 @@ const (
 // defaults a site runs (the first discovery round runs before /metrics is
 // served) and any extra flags after them. kingpin's boolean flags take no
 // value: --no-discovery.libvirt, not --discovery.libvirt=false.
+//
+// A mode written MODE@TAG runs another build of the exporter, the data
+// disk's exporterBin-TAG (the overhead bench's -exporter TAG=PATH), so that
+// two builds are timed in the same run.
 func exporterArgs(config, mode string, extra ...string) []string {
+	bin := exporterBin
+	if m, tag, ok := strings.Cut(mode, "@"); ok {
+		mode, bin = m, exporterBin+"-"+tag
+	}
 	args := []string{
-		guestPath(exporterBin),
+		guestPath(bin),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort),
 		"--no-discovery.libvirt", "--no-discovery.proc",
 		"--discovery.config.file=" + config,

@@ -30,6 +30,8 @@ const (
 	exporterBin  = "bin/fspair_exporter"
 	probeTestBin = "bin/probe.test"
 	getppidBin   = "bin/getppid"
+	floorBin     = "bin/floor"      // bench/floor, which holds the bench's empty pair attached
+	pairObject   = "bin/pair.bpf.o" // bench/floor/bpf/pair.bpf.c compiled
 	toolsDir     = "tools"
 	envFile      = "env.sh"
 )
@@ -188,4 +190,39 @@ func (p *Payload) buildGetppid(ctx context.Context) error {
 		return fmt.Errorf("gcc -static getppid.c: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return checkStatic(p.Path(getppidBin))
+}
+
+// buildFloor builds bench/floor (static) and compiles the empty
+// fentry+fexit pair it holds for the bench's empty-pair variant
+// (bench/floor/bpf/pair.bpf.c, with clang as make generate uses it).
+func (p *Payload) buildFloor(ctx context.Context) error {
+	if err := goTool(ctx, "build", "-o", p.Path(floorBin), "github.com/fspair/fspair/bench/floor"); err != nil {
+		return err
+	}
+	if err := checkStatic(p.Path(floorBin)); err != nil {
+		return err
+	}
+	src, err := repoFile("bench/floor/bpf/pair.bpf.c")
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "clang", "-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-mcpu=v3", "-c", src, "-o", p.Path(pairObject))
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("clang pair.bpf.c (apt-get install clang libbpf-dev): %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// repoFile finds a file of the repository from the working directory (the
+// repository's root under make, tests/matrix under go test).
+func repoFile(rel string) (string, error) {
+	for _, dir := range []string{".", "../.."} {
+		path := filepath.Join(dir, rel)
+		if _, err := os.Stat(path); err == nil {
+			return filepath.Abs(path)
+		}
+	}
+	return "", fmt.Errorf("%s not found from the working directory: run from the repository's root", rel)
 }

@@ -98,15 +98,19 @@ func costDelta(before, after map[string]programCost) map[string]programCost {
 // profileVariants runs the profile for every fspair variant of the bench.
 func profileVariants(ctx context.Context, g *Guest, o BenchOptions, logf func(string, ...any)) (map[string]map[string]profileRun, error) {
 	prof := map[string]map[string]profileRun{}
+	workloads, err := selectWorkloads(benchWorkloads(o.Runtime), o.Workloads)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range o.Variants {
-		if v == variantNone || v == variantLibbpf {
+		if v == variantNone || v == variantLibbpf || v == variantPair {
 			continue
 		}
 		exp, err := g.startExporter(ctx, guestPath(benchConfig), v, []string{benchFile}, 3*time.Minute, "--probe.stats")
 		if err != nil {
 			return nil, fmt.Errorf("profile %s: %w", v, err)
 		}
-		runs, err := profileWorkloads(ctx, g, exp, benchWorkloads(o.Runtime))
+		runs, err := profileWorkloads(ctx, g, exp, workloads)
 		if _, serr := exp.stop(context.WithoutCancel(ctx)); err == nil && serr != nil {
 			err = fmt.Errorf("stop: %w", serr)
 		}
@@ -114,7 +118,7 @@ func profileVariants(ctx context.Context, g *Guest, o BenchOptions, logf func(st
 			return nil, fmt.Errorf("profile %s: %w", v, err)
 		}
 		prof[v] = runs
-		for _, w := range benchWorkloads(o.Runtime) {
+		for _, w := range workloads {
 			logf("profile %-14s %-17s %.0f ns of BPF per request", v, w.Name, runs[w.Name].NsPerRequest())
 		}
 	}
@@ -160,7 +164,8 @@ func (r *BenchResult) profileText() string {
 		if !ok {
 			continue
 		}
-		for _, wl := range benchWorkloads(r.Options.Runtime) {
+		workloads, _ := selectWorkloads(benchWorkloads(r.Options.Runtime), r.Options.Workloads)
+		for _, wl := range workloads {
 			p := runs[wl.Name]
 			w("| %s | %s | %d | %.0f | %s |\n", v, wl.Name, p.Requests, p.NsPerRequest(), p.programsText())
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -465,16 +466,64 @@ func TestBenchOptions(t *testing.T) {
 	if o.Kernel != "linux-image-6.1.0-56-cloud-amd64" || o.Rounds != 5 || o.Runtime != 10*time.Second || o.Out != "bench/results-kernel.txt" {
 		t.Errorf("options: %+v", o)
 	}
-	for _, bad := range [][]string{{"-variants", "current"}, {"-rounds", "0"}, {"-host-cpu", "0-1"}, {"-kernel", ""}} {
+	if len(o.Workloads) != 0 || !o.Settle || len(o.Exporters) != 0 {
+		t.Errorf("defaults: workloads %q, settle %v, exporters %v", o.Workloads, o.Settle, o.Exporters)
+	}
+	o, err = parseBenchOptions([]string{"-variants", "none,empty-pair,fentry@base,fentry", "-exporter", "base=/tmp/x",
+		"-workloads", "other-randwrite-cached,randread-direct"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Exporters["base"] != "/tmp/x" || !reflect.DeepEqual(o.Workloads, []string{"other-randwrite-cached", "randread-direct"}) {
+		t.Errorf("options: %+v", o)
+	}
+	for _, bad := range [][]string{{"-variants", "current"}, {"-rounds", "0"}, {"-host-cpu", "0-1"}, {"-kernel", ""},
+		{"-variants", "none,fentry@base"}, {"-exporter", "base"}, {"-exporter", "a/b=/x"}, {"-workloads", "randread"}} {
 		if _, err := parseBenchOptions(bad, os.Stderr); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 }
 
+func TestBenchWorkloads(t *testing.T) {
+	all := benchWorkloads(8 * time.Second)
+	want := []string{"randwrite-cached", "randread-cached", "randread-direct", "other-randwrite-cached", "other-randread-direct",
+		"noimage-randwrite-cached", "noimage-randread-direct"}
+	if got := workloadNames(all); !reflect.DeepEqual(got, want) {
+		t.Fatalf("workloads %q, want %q", got, want)
+	}
+	files := map[string]string{"randread-cached": benchFile, "other-randread-direct": benchOtherFile, "noimage-randwrite-cached": benchNoImageFile}
+	for _, w := range all {
+		if f, ok := files[w.Name]; ok && (w.File != f || !slices.Contains(w.Args, "--filename="+f)) {
+			t.Errorf("%s runs on %s (%q), want %s", w.Name, w.File, w.Args, f)
+		}
+		if w.Cached == strings.HasSuffix(w.Name, "-direct") || !slices.Contains(w.Args, "--runtime=8s") {
+			t.Errorf("%s: cached %v, args %q", w.Name, w.Cached, w.Args)
+		}
+	}
+	sel, err := selectWorkloads(all, []string{"noimage-randread-direct", "randwrite-cached"})
+	if err != nil || !reflect.DeepEqual(workloadNames(sel), []string{"randwrite-cached", "noimage-randread-direct"}) {
+		t.Errorf("selected %q, %v: want the bench's order", workloadNames(sel), err)
+	}
+	if _, err := selectWorkloads(all, []string{"randwrite"}); err == nil {
+		t.Error("an unknown workload was accepted")
+	}
+	if sh := settleScript(all[0]); sh != "sync && echo 3 >/proc/sys/vm/drop_caches && cat "+benchFile+" >/dev/null" {
+		t.Errorf("settle of a page-cache workload: %q", sh)
+	}
+	if sh := settleScript(all[2]); strings.Contains(sh, "cat") {
+		t.Errorf("settle of an O_DIRECT workload reads the file back: %q", sh)
+	}
+	if got := strings.Join(exporterArgs("/c.yml", "fentry@base"), " "); !strings.HasPrefix(got, "/opt/fspair/bin/fspair_exporter-base ") ||
+		!strings.HasSuffix(got, " --probe.mode=fentry") {
+		t.Errorf("exporter of another build: %q", got)
+	}
+}
+
 func TestBenchText(t *testing.T) {
 	r := &BenchResult{
-		Options: BenchOptions{Kernel: "k", Variants: []string{"none", "current"}, Rounds: 2, Runtime: 10 * time.Second, GetppidCalls: 1000, HostCPU: "1", MemMiB: 2048},
+		Options: BenchOptions{Kernel: "k", Variants: []string{"none", "current"}, Rounds: 2, Runtime: 10 * time.Second, GetppidCalls: 1000, HostCPU: "1", MemMiB: 2048,
+			Workloads: []string{"randwrite-cached", "randread-cached", "randread-direct"}},
 		Release: "6.1.0-56-cloud-amd64",
 		Samples: map[string]map[string][]float64{
 			"none":    {"randwrite-cached": {1000, 1200}, "randread-cached": {2000, 2000}, "randread-direct": {500, 500}, "getppid": {100, 110}},
@@ -488,6 +537,8 @@ func TestBenchText(t *testing.T) {
 		"| none | 1100 | 1.000 | 2000 | 1.000 | 500 | 1.000 | 105.0 | 1.000 |",
 		"| current | 1100 | 1.000 | 1000 | 0.500 | 400 | 0.800 | 210.0 | 2.000 |",
 		"# round 2 order: current none",
+		"| current | randwrite-cached | 0.992 | 0.900 | 1.083 |",
+		"| current | getppid | 2.005 | 1.909 | 2.100 |",
 		"# samples current getppid: 210.0 210.0",
 	} {
 		if !strings.Contains(text, want) {
