@@ -16,8 +16,9 @@ var (
 
 // cell is one guest/host pair of one workload in the fleet matrix.
 type cell struct {
-	verdict       string  // the knowledge base's: best, worst, contested, or ""
-	source        string  // djordjevic2022, site, ...
+	verdict       string  // the knowledge base's in force: best, worst, contested, or ""
+	source        string  // djordjevic2022, site, ...: whose verdict is in force
+	other         string  // the other source's verdict where both rated the pair, as otherVerdict says it
 	disks         int     // disks of this class on this pair now
 	amplification float64 // median write amplification of those disks; NaN: unknown
 }
@@ -73,7 +74,10 @@ func (r *reportData) height(width int) int {
 		if i+1 < len(r.matrices) {
 			rows = max(rows, len(r.matrices[i+1].guest))
 		}
-		h += 120 + 44*rows
+		// A row as tall as its tallest cell: the verdict, the other
+		// source's where both rated the pair, the disks and their
+		// amplification, at about 16 px a line.
+		h += 120 + 60*rows
 	}
 	return h + 260 + len(r.panels)*(chartHeight(width)+70)
 }
@@ -169,7 +173,7 @@ func fleet(ctx context.Context, c *client, t time.Time) ([]matrix, error) {
 	}
 	for _, s := range verdicts {
 		c := get(s.labels["workload"], s.labels["guest_fs"], s.labels["host_fs"])
-		c.verdict, c.source = s.labels["verdict"], s.labels["source"]
+		c.verdict, c.source, c.other = s.labels["verdict"], s.labels["source"], otherVerdict(s.labels)
 	}
 	for _, s := range counts {
 		get(s.labels["class"], s.labels["guest_fs"], s.labels["host_fs"]).disks = int(s.value)
@@ -261,4 +265,18 @@ func pickDisk(ctx context.Context, c *client, o Options) (diskRef, error) {
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
 	return refs[0], nil
+}
+
+// otherVerdict is, for a verdict series (fspair_kdb_pair_verdict or
+// domain_disk:fspair_pair_verdict:info), the verdict of the source not in
+// force where the published studies and the site both rated the pair
+// ("published: best", "site: not distinguishable"), "" where one did.
+func otherVerdict(l map[string]string) string {
+	switch {
+	case l["published_verdict"] != "":
+		return "published: " + l["published_verdict"]
+	case l["site_verdict"] != "":
+		return "site: " + strings.ReplaceAll(l["site_verdict"], "_", " ")
+	}
+	return ""
 }

@@ -46,12 +46,14 @@ table.m th { background: #eeeeee; font-weight: normal; } .legend span { margin-r
 		r.from.UTC().Format("2006-01-02 15:04"), r.to.UTC().Format("2006-01-02 15:04"), r.step, html.EscapeString(r.server))
 
 	w("<h2>Fleet: guest FS (rows) x host FS (columns) per workload class</h2>\n")
-	w(`<div class="sub legend">Cell colour: the knowledge base's verdict on the pair for the class (`)
+	w(`<div class="sub legend">Cell colour: the knowledge base's verdict in force on the pair for the class (`)
 	for _, v := range []string{"best", "worst", "contested"} {
 		w(`<span><span class="sw" style="background:%s"></span>%s</span>`, verdictColour[v], v)
 	}
 	w(`<span><span class="sw" style="background:%s"></span>not rated</span>). `, verdictColour[""])
-	w("Text: VM disks the live classifier puts in the class on that pair, and their median write amplification (5m).</div>\n")
+	w("Text: \"(site)\" where this site's measured verdict replaced the published one, in italics the other source's " +
+		"verdict where the published studies and the site both rated the pair; VM disks the live classifier puts in the " +
+		"class on that pair, and their median write amplification (5m).</div>\n")
 	w(`<div class="grid">`)
 	for _, m := range r.matrices {
 		w("<div>")
@@ -65,8 +67,8 @@ table.m th { background: #eeeeee; font-weight: normal; } .legend span { margin-r
 	}
 	for _, s := range r.worst {
 		l := s.labels
-		w("<div>%s/%s on %s: %s on %s/%s; better: %s</div>\n", esc(l["domain"]), esc(l["target_device"]), esc(l["instance"]),
-			esc(l["class"]), esc(l["guest_fs"]), esc(l["host_fs"]), esc(l["better_pairs"]))
+		w("<div>%s/%s on %s: %s on %s/%s (%s); better: %s</div>\n", esc(l["domain"]), esc(l["target_device"]), esc(l["instance"]),
+			esc(l["class"]), esc(l["guest_fs"]), esc(l["host_fs"]), esc(verdictSources(l)), esc(l["better_pairs"]))
 	}
 
 	d := r.disk
@@ -76,7 +78,7 @@ table.m th { background: #eeeeee; font-weight: normal; } .legend span { margin-r
 	if r.verdict != nil {
 		l := r.verdict.labels
 		w("<div>Knowledge base (%s): <b>%s</b> pair for %s; better pairs: %s</div>\n",
-			esc(l["source"]), esc(l["verdict"]), esc(l["class"]), esc(l["better_pairs"]))
+			esc(verdictSources(l)), esc(l["verdict"]), esc(l["class"]), esc(l["better_pairs"]))
 	} else {
 		w(`<div class="sub">Knowledge base: no verdict on this pair for its current class.</div>` + "\n")
 	}
@@ -91,6 +93,22 @@ table.m th { background: #eeeeee; font-weight: normal; } .legend span { margin-r
 }
 
 func esc(s string) string { return html.EscapeString(s) }
+
+// verdictSources names the source of a verdict series' verdict, and where
+// the published studies and the site disagree on the pair, the other's
+// verdict and which one the rules act on: "site; published: best; the
+// rules act on the site's".
+func verdictSources(l map[string]string) string {
+	other := otherVerdict(l)
+	if other == "" {
+		return l["source"]
+	}
+	acting := "the published verdict"
+	if l["source"] == "site" {
+		acting = "the site's"
+	}
+	return l["source"] + "; " + other + "; the rules act on " + acting
+}
 
 func renderMatrix(b *bytes.Buffer, m matrix) {
 	fmt.Fprintf(b, "<h3>%s</h3>", esc(m.class))
@@ -110,6 +128,11 @@ func renderMatrix(b *bytes.Buffer, m matrix) {
 			text := c.verdict
 			if c.source == "site" {
 				text += " (site)"
+			}
+			if c.other != "" {
+				// Both sources rated the pair: the one in force above,
+				// the other below.
+				text += "<br><i>" + esc(c.other) + "</i>"
 			}
 			if c.disks > 0 {
 				text += fmt.Sprintf("<br><b>%d VM disk", c.disks)

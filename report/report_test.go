@@ -72,7 +72,7 @@ func fleetAnswers() map[string]string {
 		"count by (class, guest_fs, host_fs)":                   `{"metric":{"class":"mail","guest_fs":"xfs","host_fs":"xfs"},"value":[0,"2"]}`,
 		"quantile by (class, guest_fs, host_fs)":                `{"metric":{"class":"mail","guest_fs":"xfs","host_fs":"xfs"},"value":[0,"1.5"]}`,
 		"fspair_kdb_workload_info":                              `{"metric":{"workload":"mail","advice":"prefer ext4"},"value":[0,"1"]}`,
-		`domain_disk:fspair_pair_verdict:info{verdict="worst"}`: `{"metric":{` + mailDisk + `,"class":"mail","guest_fs":"xfs","host_fs":"xfs","better_pairs":"ext4/xfs"},"value":[0,"1"]}`,
+		`domain_disk:fspair_pair_verdict:info{verdict="worst"}`: `{"metric":{` + mailDisk + `,"class":"mail","guest_fs":"xfs","host_fs":"xfs","verdict":"worst","source":"djordjevic2022","better_pairs":"ext4/xfs"},"value":[0,"1"]}`,
 		"fspair_disk_info": `{"metric":{` + mailDisk + `,"guest_fs":"xfs","host_fs":"xfs","format":"raw","cache":"none"},"value":[0,"1"]},
 			{"metric":{"instance":"kvm1:9477","domain":"web1","uuid":"u2","target_device":"vdb","source_file":"/srv/web1.img","guest_fs":"ext4","host_fs":"xfs"},"value":[0,"1"]}`,
 		"topk(1, domain_disk:fspair_disk_rw_requests:rate5m)": `{"metric":{` + mailDisk + `},"value":[0,"300"]}`,
@@ -113,7 +113,7 @@ func TestReportHTML(t *testing.T) {
 		// The busiest disk is the one shown, with its verdict.
 		`<h2>VM disk mail1/vda</h2>`,
 		`Knowledge base (djordjevic2022): <b>worst</b> pair for mail; better pairs: ext4/xfs`,
-		`mail1/vda on kvm1:9477: mail on xfs/xfs; better: ext4/xfs`,
+		`mail1/vda on kvm1:9477: mail on xfs/xfs (djordjevic2022); better: ext4/xfs`,
 		// Empty panels say so instead of drawing nothing.
 		`no data in this range`,
 	} {
@@ -135,6 +135,49 @@ func TestReportHTML(t *testing.T) {
 	}
 	if !strings.Contains(lat, "3 ms") && !strings.Contains(lat, "3.15 ms") {
 		t.Errorf("latency axis not in ms:\n%s", lat)
+	}
+}
+
+// TestReportDisagreement: where the published studies and the site rated
+// a pair differently, the matrix cell, the list of disks on worst pairs
+// and the disk's section show both verdicts and say which one the rules
+// act on.
+func TestReportDisagreement(t *testing.T) {
+	answers := fleetAnswers()
+	// The site measured mail xfs/xfs worst (published: best) at a
+	// confidence the rules act on, and could not call ext4/xfs (published
+	// best, which stays in force).
+	answers["fspair_kdb_pair_verdict"] = `{"metric":{"workload":"mail","guest_fs":"xfs","host_fs":"xfs","verdict":"worst","source":"site","published_verdict":"best"},"value":[0,"1"]},
+			{"metric":{"workload":"mail","guest_fs":"ext4","host_fs":"xfs","verdict":"best","source":"djordjevic2022","site_verdict":"not_distinguishable"},"value":[0,"1"]}`
+	answers[`domain_disk:fspair_pair_verdict:info{verdict="worst"}`] = `{"metric":{` + mailDisk + `,"class":"mail","guest_fs":"xfs","host_fs":"xfs","verdict":"worst","source":"site","published_verdict":"best","better_pairs":"ext4/xfs"},"value":[0,"1"]}`
+	answers[`domain_disk:fspair_pair_verdict:info{instance=`] = `{"metric":{` + mailDisk + `,"class":"mail","verdict":"worst","source":"site","published_verdict":"best","better_pairs":"ext4/xfs"},"value":[0,"1"]}`
+	srv := fakeProm(t, answers)
+	files, err := Write(context.Background(), Options{Prometheus: srv.URL, From: t0, To: t1, Step: step, Out: t.TempDir(), Width: 1200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	for _, want := range []string{
+		`<td style="background:#ffcdd2">worst (site)<br><i>published: best</i><br><b>2 VM disks</b><br>WA 1.50</td>`,
+		`<td style="background:#c8e6c9">best<br><i>site: not distinguishable</i></td>`,
+		`mail1/vda on kvm1:9477: mail on xfs/xfs (site; published: best; the rules act on the site&#39;s); better: ext4/xfs`,
+		`Knowledge base (site; published: best; the rules act on the site&#39;s): <b>worst</b> pair for mail; better pairs: ext4/xfs`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// A verdict both rated alike still names its other source; one only
+	// the studies rated names its source alone.
+	if got := verdictSources(map[string]string{"source": "djordjevic2022", "site_verdict": "worst"}); got != "djordjevic2022; site: worst; the rules act on the published verdict" {
+		t.Errorf("published verdict in force beside a site one: %q", got)
+	}
+	if got := verdictSources(map[string]string{"source": "djordjevic2022"}); got != "djordjevic2022" {
+		t.Errorf("published verdict alone: %q", got)
 	}
 }
 

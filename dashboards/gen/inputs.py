@@ -43,7 +43,6 @@ class Workload:
 
     name: str
     character: str
-    advice: str
     source: str
     pairs: tuple[PairVerdict, ...]
 
@@ -92,7 +91,6 @@ def _workload(entry: dict[str, Any]) -> Workload:
     return Workload(
         name=str(entry["name"]),
         character=" ".join(str(entry["character"]).split()),
-        advice=" ".join(str(entry["advice"]).split()),
         source=str(entry["source"]),
         pairs=tuple(_pair(p) for p in entry["pairs"]),
     )

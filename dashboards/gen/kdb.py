@@ -1,11 +1,12 @@
 """fspair / Knowledge base: the published verdicts on guest/host pairs beside this site's own.
 
 The published table is written into the dashboard from rules/kdb/pairs.yaml
-when the dashboards are generated: once this site measures a pair
-(rules/kdb/site.yaml) its verdict replaces the published one in the
-fspair_kdb_* series, so the series alone could not show both. Beside it: the
-verdicts in force, this site's measured verdicts and figures, and the fleet's
-live efficiency per pair next to the verdict on that pair.
+when the dashboards are generated, whole. Beside it: the verdicts in force
+(fspair_kdb_pair_verdict, whose source says which one the rules act on), the
+pairs where the published and the site verdicts differ (the series carry the
+other one's verdict as published_verdict or site_verdict), this site's
+measured verdicts and figures, and the fleet's live efficiency per pair next
+to the verdict on that pair.
 """
 
 from __future__ import annotations
@@ -32,10 +33,21 @@ from inputs import Inputs, Workload
 WORKLOAD = 'workload=~"$workload"'
 CLASS = 'class=~"$workload"'
 VERDICT_MAPPINGS = {v: (v, c) for v, c in VERDICT_COLORS.items()}
+# A site verdict may also say that its measurement could not call the pair (rules/kdb/site.yaml).
+SITE_VERDICT_MAPPINGS = {**VERDICT_MAPPINGS, "not_distinguishable": ("not distinguishable", "blue")}
 
 # The knowledge base's verdicts keyed by class instead of workload, for joins
 # with the live class of the rules (the same relabelling rules/fspair.rules.yml does).
 VERDICT_BY_CLASS = 'label_replace(fspair_kdb_pair_verdict, "class", "$1", "workload", "(.+)")'
+
+# The pairs both sources rated, with each one's verdict as labels published and site (the
+# series carry the one not in force as published_verdict or site_verdict).
+SIDE_BY_SIDE = (
+    f'label_replace(label_replace(fspair_kdb_pair_verdict{{{WORKLOAD}, source="site", published_verdict!=""}},'
+    ' "site", "$1", "verdict", "(.+)"), "published", "$1", "published_verdict", "(.+)")\n'
+    f'or label_replace(label_replace(fspair_kdb_pair_verdict{{{WORKLOAD}, source!="site", site_verdict!=""}},'
+    ' "published", "$1", "verdict", "(.+)"), "site", "$1", "site_verdict", "(.+)")'
+)
 
 # A verdict as a number for the matrix cells (value mappings turn it back): best 1, contested 0, worst -1.
 VERDICT_VALUE = (
@@ -65,8 +77,6 @@ def _workload_markdown(w: Workload) -> str:
         "",
         w.character,
         "",
-        f"*Advice:* {w.advice}",
-        "",
         "| guest \\ host | " + " | ".join(hosts) + " |",
         "|---|" + "---|" * len(hosts),
     ]
@@ -95,7 +105,8 @@ def _published_and_site(inputs: Inputs) -> list[PanelBuilder]:
         text_panel(
             "Published table",
             "The knowledge base as published (rules/kdb/pairs.yaml at generation time), before any site verdict replaces an "
-            "entry: best and worst guest/host pairs per workload, the workload's character and the advice.",
+            "entry: best and worst guest/host pairs per workload and the workload's character. The advice in force is in "
+            "the Workloads panel: the rules derive it from the verdicts in force.",
             published_markdown(inputs),
             width=12,
             height=30,
@@ -103,7 +114,10 @@ def _published_and_site(inputs: Inputs) -> list[PanelBuilder]:
         table_panel(
             "Verdicts in force",
             "The verdicts the rules use now (fspair_kdb_pair_verdict): the published ones, except where this site's own "
-            "measurement replaced one (source=site). better_pairs: the workload's best pairs, standouts first.",
+            "measurement replaced one (source=site: a measured verdict at rules/gen's confidence floor or above, or one the "
+            "site asserts by hand; rules/README.md). Published / Site: the other source's verdict on the pair where both "
+            "rated it. "
+            "better_pairs: the workload's best pairs, standouts first.",
             "none",
             [Query(f"fspair_kdb_pair_verdict{{{WORKLOAD}}}")],
             [
@@ -113,16 +127,39 @@ def _published_and_site(inputs: Inputs) -> list[PanelBuilder]:
                 Column("verdict", "Verdict"),
                 Column("standout", "Singled out"),
                 Column("source", "Source"),
+                Column("published_verdict", "Published"),
+                Column("site_verdict", "Site"),
                 Column("better_pairs", "Better pairs (guest/host)"),
             ],
             width=12,
             height=14,
-            value_mappings=VERDICT_MAPPINGS,
+            value_mappings=SITE_VERDICT_MAPPINGS,
+        ),
+        table_panel(
+            "Published and site verdicts side by side",
+            "The pairs both the published studies and this site rated, per workload: the published verdict and the site's, "
+            "and which one the rules act on (In force, with its source). The site's replaces the published one when "
+            "measured at rules/gen's confidence floor or above (rules/README.md); a not_distinguishable or less confident "
+            "site verdict leaves the published one in force. Empty until the site measures a pair the studies rated.",
+            "none",
+            [Query(SIDE_BY_SIDE)],
+            [
+                Column("workload", "Workload"),
+                Column("guest_fs", "Guest FS"),
+                Column("host_fs", "Host FS"),
+                Column("published", "Published"),
+                Column("site", "Site"),
+                Column("verdict", "In force"),
+                Column("source", "Source"),
+            ],
+            width=12,
+            height=8,
+            value_mappings=SITE_VERDICT_MAPPINGS,
         ),
         table_panel(
             "This site's measured verdicts",
-            'Verdicts from this site\'s own measurements (rules/kdb/site.yaml, source="site"), which replace the published '
-            "verdict on the same workload and pair. Empty until the site records one.",
+            'Verdicts from this site\'s own measurements (rules/kdb/site.yaml, source="site") that replace the published '
+            "verdict on the same workload and pair (Published: the one replaced). Empty until the site records one.",
             "none",
             [Query(f'fspair_kdb_pair_verdict{{{WORKLOAD}, source="site"}}')],
             [
@@ -131,6 +168,7 @@ def _published_and_site(inputs: Inputs) -> list[PanelBuilder]:
                 Column("host_fs", "Host FS"),
                 Column("verdict", "Verdict"),
                 Column("standout", "Singled out"),
+                Column("published_verdict", "Published"),
             ],
             width=6,
             height=8,
@@ -240,7 +278,9 @@ def _reference() -> list[PanelBuilder]:
     return [
         table_panel(
             "Workloads",
-            "The workloads the knowledge base covers, their best pairs and the advice (fspair_kdb_workload_info).",
+            "The workloads the knowledge base covers, their best pairs and the advice (fspair_kdb_workload_info), both "
+            "derived from the verdicts in force: the advice names a file system in a layer only where every pair rated "
+            "with it there has the same verdict, and the pairs otherwise.",
             "none",
             [Query(f"fspair_kdb_workload_info{{{WORKLOAD}}}")],
             [
@@ -253,7 +293,8 @@ def _reference() -> list[PanelBuilder]:
         ),
         table_panel(
             "File systems per layer",
-            "The verdict on each file system inside the VM (layer=guest) and on the host (layer=host), per workload (fspair_kdb_fs_verdict).",
+            "The published study's verdict on each file system inside the VM (layer=guest) and on the host (layer=host), per "
+            "workload (fspair_kdb_fs_verdict), as the study summarises its table; a site's measurements do not change it.",
             "none",
             [Query(f"fspair_kdb_fs_verdict{{{WORKLOAD}}}")],
             [

@@ -25,13 +25,18 @@ func alerts(p *Params) []alert {
 			name: "FspairPoorPairing", severity: "warning", forSecs: forPoor,
 			expr: `
   domain_disk:fspair_workload_class:confidence
-* on (${disk}) group_left (class, guest_fs, host_fs, source, better_pairs)
+* on (${disk}) group_left (class, guest_fs, host_fs, source, better_pairs, published_verdict, site_verdict)
   domain_disk:fspair_pair_verdict:info{verdict="worst"}`,
 			summary: "A VM disk runs a workload on a guest/host file-system pair known to be poor for it.",
 			description: diskWho + " has run a {{ $labels.class }} workload for " + scaleDuration(forPoor, p.ForScale) +
 				" on {{ $labels.guest_fs }} inside the VM over {{ $labels.host_fs }} on the host, a pair the knowledge base" +
 				" (source: {{ $labels.source }}) lists among the worst for {{ $labels.class }}" +
 				` (classifier confidence {{ $value | printf "%.2f" }}).` +
+				// Where the published studies and the site disagree, both,
+				// and which one the rules act on.
+				"{{ with $labels.published_verdict }} The published studies rate it {{ . }}; the rules act on this site's measured verdict.{{ end }}" +
+				`{{ with $labels.site_verdict }} This site's own measurement rates it {{ reReplaceAll "_" " " . }};` +
+				" the rules act on the published verdict (a site verdict replaces it at confidence " + num(MinSiteConfidence) + " or more).{{ end }}" +
 				" Better pairs for {{ $labels.class }}: {{ $labels.better_pairs }}.",
 		},
 		{

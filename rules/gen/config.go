@@ -137,11 +137,12 @@ type KB struct {
 	Ignored []string `yaml:"-"`
 }
 
-// KBWorkload is what the knowledge base says about one workload.
+// KBWorkload is what the knowledge base says about one workload. It has no
+// advice of its own: the rules derive it from the pair verdicts in force
+// (advice.go), so that it never contradicts them.
 type KBWorkload struct {
 	Name      string    `yaml:"name"`
 	Character string    `yaml:"character"`
-	Advice    string    `yaml:"advice"`
 	Source    string    `yaml:"source"`
 	Guest     FSVerdict `yaml:"guest"`
 	Host      FSVerdict `yaml:"host"`
@@ -176,6 +177,12 @@ type Verdict struct {
 
 	// Filled in by the loader.
 	GuestFS, HostFS, Source string `yaml:"-"`
+	// Filled in by the merge, so that the series show both sources where
+	// both rated the pair: PublishedVerdict is the published verdict a
+	// site verdict replaced; SiteVerdict a site verdict the rules do not
+	// act on (not_distinguishable, or below MinSiteConfidence) on a pair
+	// whose published verdict stays in force.
+	PublishedVerdict, SiteVerdict string `yaml:"-"`
 }
 
 // SiteSource is the source label of a site's own verdicts.
@@ -244,8 +251,8 @@ func (kb *KB) validate() error {
 		if _, ok := kb.Sources[w.Source]; !ok {
 			return fmt.Errorf("workload %s: source %q is not under sources", w.Name, w.Source)
 		}
-		if strings.TrimSpace(w.Advice) == "" || strings.TrimSpace(w.Character) == "" {
-			return fmt.Errorf("workload %s: character and advice are required", w.Name)
+		if strings.TrimSpace(w.Character) == "" {
+			return fmt.Errorf("workload %s: character is required", w.Name)
 		}
 		seen := map[string]bool{}
 		for j := range w.Pairs {
@@ -305,26 +312,37 @@ func (kb *KB) merge(site []Verdict) error {
 		if c := s.Confidence; c != nil && !(*c >= 0 && *c <= 1) {
 			return fmt.Errorf("workload %s pair %s: confidence %v: want 0 to 1", s.Workload, s.Pair, *c)
 		}
-		switch {
-		case s.Verdict == NotDistinguishable:
-			kb.Ignored = append(kb.Ignored, key+": not distinguishable")
-			continue
-		case s.Confidence != nil && *s.Confidence < MinSiteConfidence:
-			kb.Ignored = append(kb.Ignored, fmt.Sprintf("%s: %s at confidence %v, below %v", key, s.Verdict, *s.Confidence, MinSiteConfidence))
+		published := w.pair(s.Pair)
+		if why := notActedOn(s); why != "" {
+			kb.Ignored = append(kb.Ignored, key+": "+why)
+			// The published verdict stays in force and carries what the
+			// site measured beside it.
+			if published != nil {
+				published.SiteVerdict = s.Verdict
+			}
 			continue
 		}
 		s.Source = SiteSource
-		replaced := false
-		for i := range w.Pairs {
-			if w.Pairs[i].Pair == s.Pair {
-				w.Pairs[i], replaced = s, true
-			}
-		}
-		if !replaced {
+		if published == nil {
 			w.Pairs = append(w.Pairs, s)
+			continue
 		}
+		s.PublishedVerdict = published.Verdict
+		*published = s
 	}
 	return nil
+}
+
+// notActedOn says why the rules leave site verdict s out, "" when they act
+// on it.
+func notActedOn(s Verdict) string {
+	switch {
+	case s.Verdict == NotDistinguishable:
+		return "not distinguishable"
+	case s.Confidence != nil && *s.Confidence < MinSiteConfidence:
+		return fmt.Sprintf("%s at confidence %v, below %v", s.Verdict, *s.Confidence, MinSiteConfidence)
+	}
+	return ""
 }
 
 func (kb *KB) workload(name string) *KBWorkload {
@@ -336,12 +354,28 @@ func (kb *KB) workload(name string) *KBWorkload {
 	return nil
 }
 
+// pair is w's verdict on pair, nil when it rates none.
+func (w *KBWorkload) pair(pair string) *Verdict {
+	for i := range w.Pairs {
+		if w.Pairs[i].Pair == pair {
+			return &w.Pairs[i]
+		}
+	}
+	return nil
+}
+
 // betterPairs lists the pairs the knowledge base rates best for w, the
 // standouts first, each group in file order, leaving out except.
 func (w *KBWorkload) betterPairs(except string) []string {
+	return w.pairsRated("best", except)
+}
+
+// pairsRated lists the pairs w rates verdict, the standouts first, each
+// group in file order, leaving out except.
+func (w *KBWorkload) pairsRated(verdict, except string) []string {
 	var first, rest []string
 	for _, v := range w.Pairs {
-		if v.Verdict != "best" || v.Pair == except {
+		if v.Verdict != verdict || v.Pair == except {
 			continue
 		}
 		if v.Standout {

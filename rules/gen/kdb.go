@@ -18,7 +18,7 @@ func kdbFile(p *Params) File {
 			Labels: [][2]string{
 				{"workload", w.Name}, {"source", w.Source},
 				{"best_pairs", strings.Join(w.betterPairs(""), ", ")},
-				{"advice", oneLine(w.Advice)},
+				{"advice", w.advice().String()},
 			},
 		})
 		for _, v := range w.Pairs {
@@ -26,6 +26,14 @@ func kdbFile(p *Params) File {
 				{"workload", w.Name}, {"guest_fs", v.GuestFS}, {"host_fs", v.HostFS},
 				{"verdict", v.Verdict}, {"standout", strconv.FormatBool(v.Standout)},
 				{"source", v.Source}, {"better_pairs", strings.Join(w.betterPairs(v.Pair), ", ")},
+			}
+			// The other source's verdict on the pair, where both rated it
+			// (source says which one the rules act on).
+			if v.PublishedVerdict != "" {
+				labels = append(labels, [2]string{"published_verdict", v.PublishedVerdict})
+			}
+			if v.SiteVerdict != "" {
+				labels = append(labels, [2]string{"site_verdict", v.SiteVerdict})
 			}
 			if v.Date != "" {
 				labels = append(labels, [2]string{"date", v.Date})
@@ -72,9 +80,11 @@ func kdbFile(p *Params) File {
 		}
 	}
 	comment := "The knowledge base as series (rules/kdb/pairs.yaml, merged with the site's rules/kdb/site.yaml):\n" +
-		"fspair_kdb_pair_verdict{workload, guest_fs, host_fs, verdict, standout, source, better_pairs} 1,\n" +
-		"fspair_kdb_workload_info{workload, source, best_pairs, advice} 1,\n" +
-		"fspair_kdb_fs_verdict{workload, layer, fs, verdict, source} 1,\n" +
+		"fspair_kdb_pair_verdict{workload, guest_fs, host_fs, verdict, standout, source, better_pairs} 1, the verdict in force\n" +
+		"(the site's where its measurement replaced the published one, at confidence " + num(MinSiteConfidence) + " or more, or asserted by hand),\n" +
+		"with published_verdict (the published verdict it replaced) or site_verdict (a site verdict the rules do not act on) where both rated the pair,\n" +
+		"fspair_kdb_workload_info{workload, source, best_pairs, advice} 1 (advice derived from the verdicts in force),\n" +
+		"fspair_kdb_fs_verdict{workload, layer, fs, verdict, source} 1 (the published study's verdicts per layer),\n" +
 		"fspair_kdb_site_measurement{workload, guest_fs, host_fs, figure, date} = the measured figure."
 	if len(p.KB.Ignored) > 0 {
 		// Said where a reader of the rules looks for why a site verdict

@@ -214,9 +214,11 @@ func pairingRules() []Rule {
 	return []Rule{
 		rec(window{}, "domain_disk:fspair_pair_verdict:info", fmt.Sprintf(`
   domain_disk:fspair_class_pair:info{class=~"%s"}
-* on (class, guest_fs, host_fs) group_left (verdict, standout, source, better_pairs)
+* on (class, guest_fs, host_fs) group_left (verdict, standout, source, better_pairs, published_verdict, site_verdict)
   label_replace(fspair_kdb_pair_verdict, "class", "$1", "workload", "(.+)")`, classList()),
 			"The knowledge base's verdict (best, worst, contested) on the disk's pair for its live class, "+
-				"with the better pairs for that class. Disks whose pair the knowledge base does not list have none."),
+				"with the better pairs for that class and, where the published studies and the site both rated the pair, "+
+				"the other one's verdict (published_verdict or site_verdict; source is the one in force). "+
+				"Disks whose pair the knowledge base does not list have none."),
 	}
 }
