@@ -22,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -62,10 +62,17 @@ lint: build
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
+test: test-deps promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
 
-# The pinned Prometheus, Alertmanager and Thanos, built once into a cache
-# outside the repository (scripts/promstack.sh; cold: minutes, then seconds).
+# What only the tests use, beyond make deps (Debian packages: clang for make
+# generate, Debian's Prometheus 2.42, docker-compose, ...); seconds when present.
+test-deps:
+	@echo "== test dependencies (scripts/install-deps.sh test)"
+	bash scripts/install-deps.sh test
+
+# The pinned Prometheus (with promtool), Alertmanager and Thanos, built once
+# into a cache outside the repository (scripts/promstack.sh; make deps builds
+# the first two without promtool; cold: minutes, then seconds).
 promstack:
 	@echo "== Prometheus $(PROMETHEUS_VERSION), Alertmanager $(ALERTMANAGER_VERSION), Thanos $(THANOS_VERSION) (scripts/promstack.sh)"
 	@start=$$(date +%s); bash scripts/promstack.sh build && echo "promstack: ready in $$(( $$(date +%s) - start )) s"
@@ -187,7 +194,8 @@ SOAK ?= 30m
 soak: build
 	flock /var/tmp/fspair-lab.lock bash scripts/soak.sh $(SOAK)
 
-# System packages (Debian 12) the build, tests and demo need.
+# What make demo needs: Debian packages, the guest kit, Prometheus and
+# Alertmanager, fspair's binaries (side by side; README.md "Two commands").
 deps:
 	bash scripts/install-deps.sh
 
