@@ -15,11 +15,12 @@ import (
 	"time"
 )
 
-// kitFiles are the scripts that build the kit and run inside the guest.
-// They are embedded so BuildKit works from any working directory and from
-// binaries built out of this package.
+// kitFiles are the scripts that build the kit and run inside the guest,
+// and the one that builds Filebench (filebench.go). They are embedded so
+// BuildKit works from any working directory and from binaries built out of
+// this package.
 //
-//go:embed kit.sh bundle.sh guest-init.sh lab-ctl.sh
+//go:embed kit.sh bundle.sh guest-init.sh lab-ctl.sh filebench.sh
 var kitFiles embed.FS
 
 // Kit is a kernel and initramfs ready to boot.
@@ -57,27 +58,15 @@ func BuildKitFor(ctx context.Context, cacheDir, kernelPkg string, progress io.Wr
 	if progress == nil {
 		progress = io.Discard
 	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create kit cache %s: %w", cacheDir, err)
-	}
-	scripts, err := writeScripts(cacheDir)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(scripts)
-
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(scripts, "kit.sh"), cacheDir)
-	cmd.Stderr = progress
+	var env []string
 	if kernelPkg != "" {
-		cmd.Env = append(os.Environ(), "FSPAIR_LAB_KERNEL_PKG="+kernelPkg)
+		env = []string{"FSPAIR_LAB_KERNEL_PKG=" + kernelPkg}
 	}
-	out, err := cmd.Output()
+	start := time.Now()
+	dir, err := runCacheScript(ctx, cacheDir, progress, env, "kit.sh", cacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("build kit with kit.sh (output above on the progress writer): %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	dir := strings.TrimSpace(lines[len(lines)-1])
 	kit, err := loadKit(dir)
 	if err != nil {
 		return nil, err
@@ -86,25 +75,37 @@ func BuildKitFor(ctx context.Context, cacheDir, kernelPkg string, progress io.Wr
 	return kit, nil
 }
 
+// runCacheScript runs one of the embedded build scripts with args (and
+// env added to the environment), its stderr going to progress, and
+// returns the last line it printed on stdout: the directory it built or
+// reused in cacheDir.
+func runCacheScript(ctx context.Context, cacheDir string, progress io.Writer, env []string, script string, args ...string) (string, error) {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return "", fmt.Errorf("create kit cache %s: %w", cacheDir, err)
+	}
+	scripts, err := writeScripts(cacheDir)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(scripts)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(scripts, script)}, args...)...)
+	cmd.Stderr = progress
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
 // loadKit reads a complete kit directory written by kit.sh.
 func loadKit(dir string) (*Kit, error) {
-	if _, err := os.Stat(filepath.Join(dir, "COMPLETE")); err != nil {
-		return nil, fmt.Errorf("kit %s is incomplete: %w", dir, err)
-	}
-	f, err := os.Open(filepath.Join(dir, "kit.env"))
+	env, err := readBuildEnv(dir, "kit.env", "kit")
 	if err != nil {
-		return nil, fmt.Errorf("open kit description: %w", err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read kit description: %w", err)
+		return nil, err
 	}
 	kit := &Kit{
 		Dir:       dir,
@@ -124,6 +125,31 @@ func loadKit(dir string) (*Kit, error) {
 	return kit, nil
 }
 
+// readBuildEnv reads the KEY=VALUE description file name of a build
+// directory that its script completed (it writes COMPLETE last); what
+// names the build in errors.
+func readBuildEnv(dir, name, what string) (map[string]string, error) {
+	if _, err := os.Stat(filepath.Join(dir, "COMPLETE")); err != nil {
+		return nil, fmt.Errorf("%s %s is incomplete: %w", what, dir, err)
+	}
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("open %s description: %w", what, err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s description: %w", what, err)
+	}
+	return env, nil
+}
+
 // writeScripts writes the embedded scripts into a new directory under dir
 // (kit.sh runs its siblings from its own directory).
 func writeScripts(dir string) (string, error) {
@@ -131,7 +157,7 @@ func writeScripts(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("create kit script dir: %w", err)
 	}
-	for _, name := range []string{"kit.sh", "bundle.sh", "guest-init.sh", "lab-ctl.sh"} {
+	for _, name := range []string{"kit.sh", "bundle.sh", "guest-init.sh", "lab-ctl.sh", "filebench.sh"} {
 		b, err := kitFiles.ReadFile(name)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(scripts, name), b, 0o755)

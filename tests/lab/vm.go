@@ -55,6 +55,11 @@ type VMConfig struct {
 	// monitor, and the lab holds its own for the VM's life): VM.FspairQMP.
 	FspairQMP bool
 
+	// Initramfs are more initramfs archives, appended to the kit's for
+	// this guest only (a tool only some runs need, such as
+	// FilebenchBuild.Initramfs); their files land in the guest's root.
+	Initramfs []string
+
 	// HostCPUs, when set, pins QEMU (every thread: vCPUs, main loop, I/O
 	// workers) to these host CPUs, a taskset(1) list such as "1" or
 	// "0-1", for measurements that must not move between cores.
@@ -265,6 +270,15 @@ func StartVM(ctx context.Context, kit *Kit, cfg VMConfig) (*VM, error) {
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start vm %s: create dir: %w", cfg.Name, err)
+	}
+	if len(cfg.Initramfs) > 0 {
+		joined := filepath.Join(cfg.Dir, "initramfs.img")
+		if err := joinInitramfs(kit.Initramfs, cfg.Initramfs, joined); err != nil {
+			return nil, fmt.Errorf("start vm %s: %w", cfg.Name, err)
+		}
+		k := *kit
+		k.Initramfs = joined
+		kit = &k
 	}
 	qmpPath := filepath.Join(cfg.Dir, "qmp.sock")
 	// sun_path is 108 bytes on Linux (unix(7)).

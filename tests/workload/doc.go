@@ -23,6 +23,11 @@
 //   - Expect holds the per-workload feature ranges measured in the lab
 //     (FEATURES.md explains them); Classify applies the cut points.
 //
+// The real Filebench personalities, as the studies ran them, are
+// tests/workload/filebench's: a command that runs them in lab guests on
+// pairs and host settings and records these features and the live class
+// per window (FEATURES.md, "The real Filebench personalities").
+//
 // TestPersonalities (CI) boots one pair and checks that each workload's
 // separating features land in their ranges. TestMeasure (build tag
 // measure) measures the full matrix into testdata/features.json and

@@ -36,7 +36,7 @@ func FamilyBoxes(m *classifier.Model, runs []RunResult) []FamilyBox {
 			box = map[string][2]float64{}
 			byFamily[r.Workload] = box
 		}
-		x, _ := modelInputs(r.Features)
+		x, _ := ModelInputs(r.Features)
 		for _, f := range m.BoxFeatures(c) {
 			v, ok := x[f]
 			if !ok {

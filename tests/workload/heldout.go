@@ -26,9 +26,9 @@ type Scored struct {
 // Right reports whether the classifier named the workload's class.
 func (s Scored) Right() bool { return s.Class == string(s.Workload.Class()) }
 
-// modelInputs returns the classifier's inputs and the IOPS of a window from
+// ModelInputs returns the classifier's inputs and the IOPS of a window from
 // its features (read share, IOPS, mean read size, durable share of writes).
-func modelInputs(f Features) (map[string]float64, float64) {
+func ModelInputs(f Features) (map[string]float64, float64) {
 	iops := f[FeatIOPS]
 	reads := f[FeatReadShare] * iops
 	writes := iops - reads
@@ -50,7 +50,7 @@ func scoreWindows(runs []RunResult, sub bool, classify func(r RunResult, x map[s
 	var out []Scored
 	for _, r := range runs {
 		for _, w := range windows(r, sub) {
-			x, iops := modelInputs(w.f)
+			x, iops := ModelInputs(w.f)
 			c := classify(r, x, iops)
 			out = append(out, Scored{Workload: r.Workload, Pair: r.Pair, Seconds: w.secs, Class: c.Class,
 				Confidence: c.Confidence, Scores: c.Scores, Distances: c.Distances})
