@@ -47,12 +47,17 @@ esac
 # and npm; a node that brings its own npm (a nodejs package from elsewhere)
 # must not be replaced by Debian's npm, which conflicts with it.
 [ "$mode" = demo ] || command -v npm >/dev/null || pkgs+=(nodejs npm)
-# The lab's packages (tests/lab/packages.txt): the guests' tools, and the
-# held-out workloads' programs, which the tests run.
+# The lab's packages (tests/lab/packages.txt): the guests' tools; a line
+# whose comment starts with "test:" (the held-out workloads' programs,
+# Filebench's build tools) only in test mode.
 if [ -f tests/lab/packages.txt ]; then
-	while read -r p; do
-		p=${p%%#*}; p=${p//[[:space:]]/}
-		[ -n "$p" ] && pkgs+=("$p")
+	while read -r line; do
+		p=${line%%#*}; p=${p//[[:space:]]/}
+		[ -n "$p" ] || continue
+		case $line in
+		*'# test:'*) [ "$mode" = test ] && pkgs+=("$p") ;;
+		*) pkgs+=("$p") ;;
+		esac
 	done < tests/lab/packages.txt
 fi
 
