@@ -24,6 +24,17 @@ const FilebenchTarballName = "filebench-22620e6.tar.gz"
 // /usr/local/lib/filebench at run time.
 const FilebenchBinary = "/usr/local/bin/filebench"
 
+// FilebenchSetup is the guest command to run once before Filebench:
+// Filebench 1.5's worker processes attach its shared memory and follow
+// pointers into the master's binary at the master's addresses, and it
+// turns address-space randomization off (personality(2)) only for the
+// processes it execs, after the master was itself placed at random. With
+// randomization on, the workers crash (a SIGSEGV at an address of the
+// master's text) and the master waits for them for ever, after "Starting 1
+// filereader instances": measured here. Lab guests only, so it is turned
+// off for the whole guest.
+const FilebenchSetup = "echo 0 >/proc/sys/kernel/randomize_va_space"
+
 // ErrNoFilebenchTarball is returned by FindFilebenchTarball when the
 // snapshot is not where it should be.
 var ErrNoFilebenchTarball = errors.New("no Filebench source snapshot")

@@ -114,8 +114,8 @@ func (r *runner) one(ctx context.Context, s Spec, text string) (run Run, err err
 	r.logf("%s: Filebench started (layout of %d files, then %s)", s, run.Files, r.o.Runtime)
 	// The subshell writes the exit status when Filebench ends; its output
 	// goes to files, so the control channel's command returns at once.
-	if _, err := vm.RunOK(ctx, fmt.Sprintf("cd /tmp && rm -f %[3]s && ( %[1]s -f %[2]s >%[4]s 2>&1 </dev/null; echo $? >%[3]s ) </dev/null >/dev/null 2>&1 &",
-		lab.FilebenchBinary, guestFile, guestRC, guestLog)); err != nil {
+	if _, err := vm.RunOK(ctx, fmt.Sprintf("%[5]s && cd /tmp && rm -f %[3]s && ( %[1]s -f %[2]s >%[4]s 2>&1 </dev/null; echo $? >%[3]s ) </dev/null >/dev/null 2>&1 &",
+		lab.FilebenchBinary, guestFile, guestRC, guestLog, lab.FilebenchSetup)); err != nil {
 		return run, fmt.Errorf("start Filebench: %w", err)
 	}
 	deadline := time.Now().Add(r.o.LayoutTimeout + r.o.Runtime + 5*time.Minute)
