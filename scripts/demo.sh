@@ -10,7 +10,8 @@ bash scripts/install-deps.sh
 export GOFLAGS=-mod=mod
 go build -o bin/fspair_exporter ./exporter
 go build -o bin/fspair-demo ./tests/demo
-# The demo regenerates the rules with an example site knowledge base.
+# The demo regenerates the rules with the site knowledge base the pair lab
+# measured (docs/kdb/site.yaml).
 go build -o bin/fspair-rules-gen ./rules/gen
 # ... and renders the report (report/) from its Prometheus every few minutes.
 go build -o bin/fspair-report ./report

@@ -29,8 +29,8 @@
 #   FSPAIR_EXPORTER_ARGS           extra flags for fspair_exporter
 #   FSPAIR_STACK_PROBE_MODE        auto (fspair_exporter --probe.mode)
 #   FSPAIR_STACK_RULES             the rule files' directory, default rules/ (make
-#                                  demo: rules generated with an example site
-#                                  knowledge base)
+#                                  demo: rules generated with the site knowledge
+#                                  base the pair lab measured, docs/kdb/site.yaml)
 # Needs root: fspair_exporter loads BPF programs.
 #
 # The lab fleet (README.md "A fleet"; make fleet):

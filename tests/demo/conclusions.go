@@ -52,12 +52,18 @@ type diskState struct {
 	guestFS, hostFS, format string
 	class                   string  // live workload class; "" before the rules have one
 	confidence              float64 // best score minus runner-up; NaN: none yet
-	verdict, source         string  // the knowledge base's verdict on the pair for the class, and its source label
+	verdict, source         string  // the knowledge base's verdict in force on the pair for the class, and its source label
 	betterPairs             string  // the class's best pairs other than this one
 	advice                  string  // the knowledge base's advice for the class
 	kdbRates                bool    // the knowledge base has a verdict on the pair for the class
 	writeAmp                float64 // host device bytes per guest byte written, 5m; NaN: none
 	alerts                  []alertState
+
+	// Where the published studies and the site both rated the pair for
+	// the class, the verdict of the one not in force (the series'
+	// published_verdict or site_verdict label).
+	publishedVerdict, siteVerdict string
+	study                         string // the class's published study (fspair_kdb_workload_info's source)
 }
 
 // alertState is one alert pending or firing.
@@ -73,19 +79,54 @@ func (a alertState) firing() bool { return a.state == "firing" }
 
 // verdictText is the knowledge base's verdict on the disk's pair for its
 // live class, with where the verdict comes from: the published studies or
-// the site's own measurements (rules/kdb/site.yaml). "neither" is a pair the
+// the site's own measurements (rules/kdb/site.yaml), marked "*" where both
+// rated the pair (verdictNotes says what each says). "neither" is a pair the
 // knowledge base lists neither best nor worst for the class; "-" a class it
 // has no verdicts for (idle, mixed), no class yet, or a verdict the rules
 // have not joined to the disk yet (their pairing group evaluates after the
 // class is recorded).
 func (d diskState) verdictText() string {
 	switch {
+	case d.disagreement() != "":
+		// The mark refers to the line verdictNotes prints under the table.
+		return d.verdict + ", " + sourceKind(d.source) + "*"
 	case d.verdict != "":
 		return d.verdict + ", " + sourceKind(d.source)
 	case kdbWorkloads[d.class] && !d.kdbRates:
 		return "neither"
 	}
 	return "-"
+}
+
+// disagreement says what both sources rate the disk's pair for its class
+// and which one the rules act on, where the published studies and the
+// site both rated it ("" where one did): "published best, site worst; the
+// rules act on the site's verdict".
+func (d diskState) disagreement() string {
+	var published, site string
+	switch {
+	case d.verdict == "":
+		return ""
+	case d.publishedVerdict != "":
+		published, site = d.publishedVerdict, d.verdict
+	case d.siteVerdict != "":
+		published, site = d.verdict, strings.ReplaceAll(d.siteVerdict, "_", " ")
+	default:
+		return ""
+	}
+	return fmt.Sprintf("published %s, site %s; the rules act on the %s verdict", published, site, sourceKind(d.source))
+}
+
+// verdictNotes are the lines under the conclusions table for the disks
+// whose verdict is marked: both verdicts, and which one the rules act on.
+func verdictNotes(disks []diskState, width int) []string {
+	var lines []string
+	for _, d := range disks {
+		if why := d.disagreement(); why != "" {
+			lines = append(lines, wrap("  * ", fmt.Sprintf("%s, %s/%s for %s: %s.", d.disk, d.guestFS, d.hostFS, d.class, why), width)...)
+		}
+	}
+	return lines
 }
 
 // sourceKind names a verdict's source label for a reader: "site" for the
@@ -149,7 +190,7 @@ func conclusionsTable(disks []diskState, width int) []string {
 		cells = append(cells, alertsCell(d.alerts, alertsWidth))
 		lines = append(lines, joinCells(cells, widths, gap))
 	}
-	return lines
+	return append(lines, verdictNotes(disks, width)...)
 }
 
 // minDiskWidth is the least the disk column is cut to: enough to tell
@@ -376,6 +417,7 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 		switch {
 		case d.verdict != "":
 			text = append(text, fmt.Sprintf("The knowledge base (%s) lists this pair as %s for %s.", sourceLabel(d.source), d.verdict, d.class))
+			text = append(text, d.otherSource()...)
 		case kdbWorkloads[d.class] && !d.kdbRates:
 			text = append(text, fmt.Sprintf("The knowledge base lists this pair neither best nor worst for %s.", d.class))
 		}
@@ -466,6 +508,24 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 	return lines
 }
 
+// otherSource is the summary's sentence on the verdict of the source not
+// in force, where the published studies and the site both rated the pair.
+func (d diskState) otherSource() []string {
+	study := "The published studies rate"
+	if d.study != "" {
+		study = "The published study (" + d.study + ") rates"
+	}
+	switch {
+	case d.publishedVerdict != "":
+		return []string{fmt.Sprintf("%s it %s, this site's measurement %s; the rules act on the site's verdict.",
+			study, d.publishedVerdict, d.verdict)}
+	case d.siteVerdict != "":
+		return []string{fmt.Sprintf("This site's measurement rates it %s; the rules act on the published verdict.",
+			strings.ReplaceAll(d.siteVerdict, "_", " "))}
+	}
+	return nil
+}
+
 // sourceLabel names a verdict's source for the summary: "site" or
 // "published: <study>".
 func sourceLabel(source string) string {
@@ -512,6 +572,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		{seriesConfidence, func(d *diskState, s sample) { d.confidence = s.value() }},
 		{seriesVerdict, func(d *diskState, s sample) {
 			d.verdict, d.source, d.betterPairs = s.Metric["verdict"], s.Metric["source"], s.Metric["better_pairs"]
+			d.publishedVerdict, d.siteVerdict = s.Metric["published_verdict"], s.Metric["site_verdict"]
 		}},
 		{seriesWriteAmp, func(d *diskState, s sample) { d.writeAmp = s.value() }},
 	}
@@ -524,11 +585,12 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 	if err != nil {
 		return nil, nil, err
 	}
-	advice := map[string]string{}
+	advice, study := map[string]string{}, map[string]string{}
 	for _, s := range adv {
 		if a := s.Metric["advice"]; a != "" {
 			advice[s.Metric["workload"]] = a
 		}
+		study[s.Metric["workload"]] = s.Metric["source"]
 	}
 	kdb, err := query(ctx, promURL, seriesKdbVerdict)
 	if err != nil {
@@ -549,7 +611,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		}
 	}
 	for _, d := range byKey {
-		d.advice = advice[d.class]
+		d.advice, d.study = advice[d.class], study[d.class]
 		d.kdbRates = rated[[3]string{d.class, d.guestFS, d.hostFS}]
 		disks = append(disks, *d)
 	}

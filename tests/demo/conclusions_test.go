@@ -22,10 +22,11 @@ func poorPairing(disk string) alertState {
 		name: "FspairPoorPairing", state: "firing", disk: disk, since: since,
 		runbook: "runbooks/FspairPoorPairing.md",
 		summary: "A VM disk runs a workload on a guest/host file-system pair known to be poor for it.",
-		description: "demo-mail disk vda (/tmp/fspair-lab-1273968828/hostfs-btrfs-3369894872/demo-mail.qcow2) on " +
-			"127.0.0.1:19477 has run a mail workload for 3m on ext4 inside the VM over btrfs on the host, a pair the " +
-			"knowledge base (source: site) lists among the worst for mail (classifier confidence 1.00). Better pairs " +
-			"for mail: btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4.",
+		description: "demo-mail disk vda (/tmp/fspair-lab-1273968828/hostfs-ext4-3369894872/demo-mail.raw) on " +
+			"127.0.0.1:19477 has run a mail workload for 3m on btrfs inside the VM over ext4 on the host, a pair the " +
+			"knowledge base (source: site) lists among the worst for mail (classifier confidence 1.00). The published " +
+			"studies rate it best; the rules act on this site's measured verdict. Better pairs for mail: ext4/xfs, " +
+			"ext4/ext4, xfs/ext4.",
 	}
 }
 
@@ -34,11 +35,12 @@ func poorPairing(disk string) alertState {
 func demoDisks() []diskState {
 	return []diskState{
 		{
-			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "ext4", hostFS: "btrfs", format: "qcow2",
-			class: "mail", confidence: 1, verdict: "worst", source: "site",
-			betterPairs: "btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4",
-			advice:      "Inside the VM prefer btrfs or ext4 and on the host ext4. Avoid xfs inside the VM and btrfs on the host.",
-			writeAmp:    14.2, alerts: []alertState{poorPairing("demo-mail/vda")},
+			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "btrfs", hostFS: "ext4", format: "raw",
+			class: "mail", confidence: 1, verdict: "worst", source: "site", publishedVerdict: "best", study: "djordjevic2022",
+			betterPairs: "ext4/xfs, ext4/ext4, xfs/ext4",
+			advice: "Prefer the pairs ext4/xfs, ext4/ext4, xfs/ext4 (guest/host). " +
+				"Avoid btrfs inside the VM, btrfs on the host, and the pair xfs/xfs (guest/host).",
+			writeAmp: 1.04, alerts: []alertState{poorPairing("demo-mail/vda")},
 		},
 		{
 			disk: "demo-web/vda", domain: "demo-web", target: "vda", guestFS: "xfs", hostFS: "ext4", format: "raw",
@@ -85,8 +87,9 @@ func checkWidth(t *testing.T, what string, lines []string) {
 // The rows demo-smoke checks (scripts/demo-smoke.sh greps the same
 // patterns): keep both in step.
 var (
-	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +ext4/btrfs qcow2 +worst, site +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)`)
+	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)`)
 	smokeWeb  = regexp.MustCompile(`^demo-web/vda +web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+ +-$`)
+	smokeNote = regexp.MustCompile(`^  \* demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict\.$`)
 )
 
 func TestConclusionsTableDemo(t *testing.T) {
@@ -94,8 +97,9 @@ func TestConclusionsTableDemo(t *testing.T) {
 	checkWidth(t, "conclusions", lines)
 	want := []string{
 		"DISK           CLASS  CONF  PAIR(guest/host)  KDB_VERDICT      WR_AMP  ALERTS (runbook)",
-		"demo-mail/vda  mail   1.00  ext4/btrfs qcow2  worst, site      14.20   FspairPoorPairing (runbooks/FspairPoorPairing.md)",
+		"demo-mail/vda  mail   1.00  btrfs/ext4 raw    worst, site*     1.04    FspairPoorPairing (runbooks/FspairPoorPairing.md)",
 		"demo-web/vda   web    0.99  xfs/ext4 raw      best, published  1.02    -",
+		"  * demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict.",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -105,6 +109,9 @@ func TestConclusionsTableDemo(t *testing.T) {
 	}
 	if !smokeWeb.MatchString(lines[2]) {
 		t.Errorf("demo-smoke's pattern for the web row does not match %q", lines[2])
+	}
+	if !smokeNote.MatchString(lines[3]) {
+		t.Errorf("demo-smoke's pattern for the mail row's note does not match %q", lines[3])
 	}
 	// The pending alert shows as such, without its runbook, and the
 	// smoke's pattern wants it firing.
@@ -218,9 +225,10 @@ func TestFinalSummary(t *testing.T) {
 	all := strings.Join(lines, "\n")
 	flat := strings.Join(strings.Fields(all), " ")
 	for _, w := range []string{
-		"demo-mail/vda mail (confidence 1.00) on ext4/btrfs qcow2. The knowledge base (site) lists this pair as worst for mail.",
-		"Better pairs for mail: btrfs/ext4, ext4/xfs, ext4/ext4, xfs/ext4.",
-		"Advice: Inside the VM prefer btrfs or ext4",
+		"demo-mail/vda mail (confidence 1.00) on btrfs/ext4 raw. The knowledge base (site) lists this pair as worst for mail.",
+		"The published study (djordjevic2022) rates it best, this site's measurement worst; the rules act on the site's verdict.",
+		"Better pairs for mail: ext4/xfs, ext4/ext4, xfs/ext4.",
+		"Advice: Prefer the pairs ext4/xfs, ext4/ext4, xfs/ext4 (guest/host). Avoid btrfs inside the VM,",
 		"Alerts: FspairPoorPairing firing, active since 16:33:39 (runbooks/FspairPoorPairing.md).",
 		"demo-web/vda web (confidence 0.99) on xfs/ext4 raw. The knowledge base (published: djordjevic2022) lists this pair as best for web. Write amplification 1.02. No alerts.",
 		"why FspairPoorPairing: demo-mail disk vda",
@@ -244,6 +252,36 @@ func TestFinalSummary(t *testing.T) {
 	for _, w := range []string{"not classed (yet)", "none rendered in this run", "runbooks none fired", "neither best nor worst for mail"} {
 		if !strings.Contains(flat, w) {
 			t.Errorf("summary with long values lacks %q:\n%s", w, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestDisagreement: where the published studies and the site both rated
+// the pair, the note under the table and the summary give both verdicts
+// and say which one the rules act on, whichever is in force.
+func TestDisagreement(t *testing.T) {
+	published := diskState{disk: "db/vda", domain: "db", target: "vda", guestFS: "ext4", hostFS: "btrfs", format: "raw",
+		class: "mail", confidence: 0.9, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable",
+		study: "djordjevic2022", kdbRates: true, writeAmp: math.NaN()}
+	site := demoDisks()[0]
+	notes := verdictNotes([]diskState{published, site, demoDisks()[1]}, lineWidth)
+	want := []string{
+		"  * db/vda, ext4/btrfs for mail: published worst, site not distinguishable; the rules act on the published verdict.",
+		"  * demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict.",
+	}
+	if strings.Join(notes, "\n") != strings.Join(want, "\n") {
+		t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(want, "\n"))
+	}
+	at := time.Date(2026, 11, 25, 16, 41, 0, 0, time.Local)
+	lines := finalSummary(at, []diskState{published}, nil, nil, "", "/var/tmp/fspair-demo/log", lineWidth)
+	checkWidth(t, "summary with a published verdict in force beside a site one", lines)
+	flat := strings.Join(strings.Fields(strings.Join(lines, "\n")), " ")
+	for _, w := range []string{
+		"The knowledge base (published: djordjevic2022) lists this pair as worst for mail.",
+		"This site's measurement rates it not distinguishable; the rules act on the published verdict.",
+	} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("summary lacks %q:\n%s", w, strings.Join(lines, "\n"))
 		}
 	}
 }
@@ -333,11 +371,11 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 		seriesClass:      {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")}},
 		seriesConfidence: {{Metric: disk("demo-mail"), Value: []any{1.0, "1"}}, {Metric: disk("demo-web"), Value: []any{1.0, "0.9867"}}},
 		seriesVerdict: {
-			{Metric: disk("demo-mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4")},
+			{Metric: disk("demo-mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4", "published_verdict", "best")},
 			{Metric: disk("demo-web", "verdict", "best", "source", "djordjevic2022")},
 		},
 		seriesWriteAmp: {{Metric: disk("demo-mail"), Value: []any{1.0, "13.88"}}},
-		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "advice": "Avoid btrfs on the host."}}},
+		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "source": "djordjevic2022", "advice": "Avoid btrfs on the host."}}},
 		seriesKdbVerdict: {
 			{Metric: map[string]string{"workload": "mail", "guest_fs": "ext4", "host_fs": "btrfs", "verdict": "best", "source": "djordjevic2022"}},
 			{Metric: map[string]string{"workload": "web", "guest_fs": "xfs", "host_fs": "ext4", "verdict": "best", "source": "djordjevic2022"}},
@@ -381,7 +419,7 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 	mail, web := disks[0], disks[1]
 	if mail.disk != "demo-mail/vda" || mail.class != "mail" || mail.confidence != 1 || mail.verdict != "worst" || mail.source != "site" ||
 		mail.betterPairs != "btrfs/ext4, xfs/ext4" || mail.writeAmp != 13.88 || mail.advice != "Avoid btrfs on the host." ||
-		mail.pairText() != "ext4/btrfs qcow2" {
+		mail.pairText() != "ext4/btrfs qcow2" || mail.publishedVerdict != "best" || mail.siteVerdict != "" || mail.study != "djordjevic2022" {
 		t.Errorf("mail disk: %+v", mail)
 	}
 	if !mail.kdbRates || !web.kdbRates {
@@ -406,6 +444,9 @@ func TestVerdictText(t *testing.T) {
 		{diskState{class: "mail", verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
 		{diskState{class: "web", verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
 		{diskState{class: "mail", verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
+		// Both sources rated the pair: marked, for the note under the table.
+		{diskState{class: "mail", verdict: "worst", source: "site", publishedVerdict: "best", kdbRates: true}, "worst, site*"},
+		{diskState{class: "mail", verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable", kdbRates: true}, "worst, published*"},
 		// A pair the knowledge base does not list for the class.
 		{diskState{class: "mail"}, "neither"},
 		// Listed, but the rules have not joined the verdict to the disk yet.

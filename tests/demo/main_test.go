@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/base64"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fspair/fspair/tests/workload"
+)
+
+// TestMailVMRunsThePairLabsJob: the mail VM runs, unchanged, the job the
+// pair lab measured its verdicts with (tests/workload/jobs/mail.fio), on
+// the conditions docs/kdb/site.yaml names (raw image, cache=none) and a
+// btrfs guest in an image of the pair lab's size.
+func TestMailVMRunsThePairLabsJob(t *testing.T) {
+	var mail vmSpec
+	for _, v := range vms {
+		if v.name == "demo-mail" {
+			mail = v
+		}
+	}
+	if mail.guestFS != "btrfs" || mail.hostFS != "ext4" || mail.format != "raw" || mail.cache != "none" || mail.imageMiB != workload.ImageMiB {
+		t.Errorf("demo-mail: %s/%s %s cache=%s, %d MiB; want btrfs/ext4 raw cache=none, %d MiB",
+			mail.guestFS, mail.hostFS, mail.format, mail.cache, mail.imageMiB, workload.ImageMiB)
+	}
+	script, err := workloadScript(mail, "/dev/vda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`^mount -t btrfs /dev/vda /mnt && printf %s ([A-Za-z0-9+/=]+) \| base64 -d >/tmp/demo.fio && ` +
+		`\(DIR=/mnt RUNTIME=86400 fio /tmp/demo.fio >/dev/null 2>&1 &\)$`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("script: %s", script)
+	}
+	got, err := base64.StdEncoding.DecodeString(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := workload.Job("mail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want || !strings.Contains(want, "directory=${DIR}") {
+		t.Errorf("the job written into the guest is not tests/workload/jobs/mail.fio (or no longer takes DIR):\n%s", got)
+	}
+	web, err := workloadScript(vms[0], "/dev/vdb")
+	if err != nil || !strings.HasPrefix(web, "mount -t xfs /dev/vdb /mnt && (fio --name=web ") {
+		t.Errorf("web script %q, %v", web, err)
+	}
+}
