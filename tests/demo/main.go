@@ -253,6 +253,25 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration, 
 	rep.promURL, rep.since = promURL, time.Now()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// Until the rules have classed every VM's disk, the demo looks every
+	// few seconds and prints the summary as soon as they have, so that a
+	// newcomer sees the first conclusions when they exist rather than up
+	// to one summary interval later; then every `every`.
+	early := time.NewTicker(firstLook)
+	defer early.Stop()
+	show := func(now time.Time) {
+		disks, err := summary(ctx, promURL)
+		if err != nil {
+			fmt.Printf("demo: summary: %v\n", err)
+			return
+		}
+		if allClassed(disks, len(vms)) {
+			early.Stop()
+		}
+		if rep.due(now, anyClassed(disks)) {
+			rep.start(now)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,17 +280,31 @@ func demo(ctx context.Context, st *stack, cacheDir string, every time.Duration, 
 			return ctx.Err()
 		case res := <-rep.done:
 			printLines(rep.finish(res))
+		case now := <-early.C:
+			disks, _, err := conclusions(ctx, promURL, ".")
+			if err == nil && allClassed(disks, len(vms)) {
+				show(now)
+				t.Reset(every)
+			}
 		case now := <-t.C:
-			disks, err := summary(ctx, promURL)
-			if err != nil {
-				fmt.Printf("demo: summary: %v\n", err)
-				continue
-			}
-			if rep.due(now, anyClassed(disks)) {
-				rep.start(now)
-			}
+			show(now)
 		}
 	}
+}
+
+// firstLook is how often the demo asks whether the rules have classed every
+// disk yet, before its first full summary.
+const firstLook = 5 * time.Second
+
+// allClassed says whether the rules have classed all n of the demo's disks.
+func allClassed(disks []diskState, n int) bool {
+	classed := 0
+	for _, d := range disks {
+		if d.class != "" {
+			classed++
+		}
+	}
+	return classed >= n
 }
 
 // reportPlan says where and when the demo renders the report.

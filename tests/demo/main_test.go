@@ -49,3 +49,23 @@ func TestMailVMRunsThePairLabsJob(t *testing.T) {
 		t.Errorf("web script %q, %v", web, err)
 	}
 }
+
+// TestAllClassed: the demo's first summary waits for a class on every VM's
+// disk, not on the first one the rules class.
+func TestAllClassed(t *testing.T) {
+	for _, c := range []struct {
+		disks []diskState
+		n     int
+		want  bool
+	}{
+		{nil, 2, false},
+		{[]diskState{{class: "web"}, {}}, 2, false},
+		{[]diskState{{class: "web"}}, 2, false},
+		{[]diskState{{class: "web"}, {class: "mail"}}, 2, true},
+		{[]diskState{{class: "mixed"}, {class: "idle"}}, 2, true},
+	} {
+		if got := allClassed(c.disks, c.n); got != c.want {
+			t.Errorf("allClassed(%v, %d) = %v, want %v", c.disks, c.n, got, c.want)
+		}
+	}
+}
