@@ -99,6 +99,35 @@ struct {
 	__type(value, struct flush_window);
 } flush_windows SEC(".maps");
 
+/*
+ * The file-system hooks of the fentry and tracepoint modes run for every
+ * read, write, flush and fallocate of every file on the host's ext4, XFS
+ * and Btrfs file systems, and host_dirty_folio for every page any process
+ * dirties. Most are not on a tracked image: they leave after comparing the
+ * file's super block with this short list, before any map lookup or other
+ * helper call. With more super blocks than slots the first filter is off
+ * and every file takes the next filter. Written by user space into each
+ * object (each has its own copy).
+ */
+#define SB_FILTER_SLOTS 16
+u64 tracked_sbs[SB_FILTER_SLOTS] = {};
+u32 tracked_sb_count = 0;
+
+static __always_inline bool sb_tracked(u64 sb)
+{
+	u32 n = tracked_sb_count, i;
+
+	if (n > SB_FILTER_SLOTS)
+		return true;
+	for (i = 0; i < SB_FILTER_SLOTS; i++) {
+		if (i >= n)
+			break;
+		if (tracked_sbs[i] == sb)
+			return true;
+	}
+	return false;
+}
+
 /* Why an event was lost, the `reason` label of fspair_probe_events_dropped_total. */
 enum drop {
 	DROP_INFLIGHT_FULL,

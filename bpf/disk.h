@@ -326,33 +326,6 @@ volatile const u64 aio_complete_fn = 0;
 volatile const u64 io_uring_complete_fn = 0;
 volatile const u64 io_uring_iopoll_fn = 0;
 
-/*
- * The file-system hooks of the fentry and tracepoint modes run for every
- * read, write, flush and fallocate of every file on the host's ext4, XFS
- * and Btrfs file systems. Most are not on a tracked image: they leave after
- * comparing the file's super block with this short list, before any map
- * lookup. With more super blocks than slots the first filter is off and
- * every file takes the inode lookup. Written by user space.
- */
-#define SB_FILTER_SLOTS 16
-u64 tracked_sbs[SB_FILTER_SLOTS] = {};
-u32 tracked_sb_count = 0;
-
-static __always_inline bool sb_tracked(u64 sb)
-{
-	u32 n = tracked_sb_count, i;
-
-	if (n > SB_FILTER_SLOTS)
-		return true;
-	for (i = 0; i < SB_FILTER_SLOTS; i++) {
-		if (i >= n)
-			break;
-		if (tracked_sbs[i] == sb)
-			return true;
-	}
-	return false;
-}
-
 /* The disk slot of an inode (a BTF pointer), super block first, then the inode. */
 static __always_inline u32 *inode_slot(struct inode *inode)
 {

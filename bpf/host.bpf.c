@@ -643,20 +643,27 @@ int host_rq_complete(u64 *ctx)
 /*
  * A page of the image turns dirty in the host page cache. During a buffered
  * write call this is the part of the write that writeback will have to send;
- * the rest landed on pages already dirty (absorbed).
+ * the rest landed on pages already dirty (absorbed). Every process's pages
+ * pass here: a page of a file system with no tracked image leaves on the
+ * super block filter, before the task storage lookup.
  */
 SEC("tp_btf/writeback_dirty_folio")
 int host_dirty_folio(u64 *ctx)
 {
 	struct folio *folio = (void *)ctx[0];
 	struct address_space *mapping = (void *)ctx[1];
-	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	struct inode *host;
+	struct io_task *t;
 	u64 flags = 0, bytes;
 	u32 nr = 1;
 
-	if (!t || !t->call.start_ns || t->call.op != OP_WRITE || !mapping)
+	if (!mapping)
 		return 0;
-	if ((u64)mapping->host != t->inode)
+	host = mapping->host;
+	if (!host || !sb_tracked((u64)host->i_sb))
+		return 0;
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t || !t->call.start_ns || t->call.op != OP_WRITE || (u64)host != t->inode)
 		return 0;
 	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
 	if (flags & (1ULL << bpf_core_enum_value(enum pageflags, PG_head))) {

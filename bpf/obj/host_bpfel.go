@@ -113,6 +113,8 @@ const (
 	HostProgHostXfsLogWrite  = "host_xfs_log_write"
 	HostVarBioChainEndIoFn   = "bio_chain_end_io_fn"
 	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
+	HostVarTrackedSbCount    = "tracked_sb_count"
+	HostVarTrackedSbs        = "tracked_sbs"
 )
 
 // LoadHost returns the embedded CollectionSpec for Host.
@@ -190,6 +192,8 @@ type HostMapSpecs struct {
 type HostVariableSpecs struct {
 	BioChainEndIoFn *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
 	IomapDioEndIoFn *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
+	TrackedSbCount  *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
+	TrackedSbs      *ebpf.VariableSpec `ebpf:"tracked_sbs"`
 }
 
 // HostObjects contains all objects after they have been loaded into the kernel.
@@ -245,6 +249,8 @@ func (m *HostMaps) Close() error {
 type HostVariables struct {
 	BioChainEndIoFn *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
 	IomapDioEndIoFn *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
+	TrackedSbCount  *ebpf.Variable `ebpf:"tracked_sb_count"`
+	TrackedSbs      *ebpf.Variable `ebpf:"tracked_sbs"`
 }
 
 // HostPrograms contains all programs after they have been loaded into the kernel.

@@ -89,6 +89,7 @@ type Probes struct {
 	objs      bpf.DiskMaps
 	vars      bpf.DiskVariables
 	host      bpf.HostMaps
+	hostVars  bpf.HostVariables
 	programs  []*Program
 	stats     ioCloser
 	maxDisks  int
@@ -116,8 +117,9 @@ type Probes struct {
 
 type ioCloser interface{ Close() error }
 
-// sbFilterSlots is SB_FILTER_SLOTS in bpf/disk.h: super blocks the
-// file-system hooks compare a file's with before any map lookup.
+// sbFilterSlots is SB_FILTER_SLOTS in bpf/call.h: super blocks the
+// file-system hooks and host_dirty_folio compare a file's with before any
+// map lookup.
 const sbFilterSlots = 16
 
 // Load creates the maps and loads and attaches every program of the mode it
@@ -206,11 +208,16 @@ func Load(opts Options) (*Probes, error) {
 	for _, name := range []string{bpf.DiskMapDiskByInode, bpf.DiskMapIoTasks, bpf.DiskMapFlushWindows, bpf.DiskMapEventsDropped} {
 		shared[name] = diskMaps[name]
 	}
-	hostMaps, err := p.createMaps(hostSpec, shared, &p.host)
+	var hostObjs struct {
+		bpf.HostMaps
+		bpf.HostVariables
+	}
+	hostMaps, err := p.createMaps(hostSpec, shared, &hostObjs)
 	if err != nil {
 		p.Close()
 		return nil, err
 	}
+	p.host, p.hostVars = hostObjs.HostMaps, hostObjs.HostVariables
 	if opts.Stats {
 		c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 		if err != nil {
@@ -745,8 +752,9 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 	return nil
 }
 
-// writeSuperBlocks gives the file-system hooks the super blocks that hold
-// tracked images, their first filter; with more than fit, the filter is off.
+// writeSuperBlocks gives the file-system hooks and host_dirty_folio the
+// super blocks that hold tracked images, their first filter (each object
+// has its own copy); with more than fit, the filter is off.
 func (p *Probes) writeSuperBlocks() error {
 	var sbs [sbFilterSlots]uint64
 	n := 0
@@ -756,11 +764,15 @@ func (p *Probes) writeSuperBlocks() error {
 		}
 		n++
 	}
-	if err := p.vars.TrackedSbs.Set(sbs); err != nil {
-		return fmt.Errorf("set the super block filter: %w", err)
-	}
-	if err := p.vars.TrackedSbCount.Set(uint32(n)); err != nil {
-		return fmt.Errorf("set the super block filter: %w", err)
+	for _, v := range []struct{ sbs, count *ebpf.Variable }{
+		{p.vars.TrackedSbs, p.vars.TrackedSbCount}, {p.hostVars.TrackedSbs, p.hostVars.TrackedSbCount},
+	} {
+		if err := v.sbs.Set(sbs); err != nil {
+			return fmt.Errorf("set the super block filter: %w", err)
+		}
+		if err := v.count.Set(uint32(n)); err != nil {
+			return fmt.Errorf("set the super block filter: %w", err)
+		}
 	}
 	return nil
 }
