@@ -22,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate filebench kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -144,6 +144,16 @@ print-matrix-kernels:
 # dashboards' queries at the rate of a team of 20 (tests/k6; about 5 minutes).
 loadtest:
 	flock /var/tmp/fspair-lab.lock $(GO) test -tags loadtest -count=1 -v -timeout 25m ./tests/k6/
+
+# The real Filebench personalities in lab guests (tests/workload/filebench,
+# issue 37): each run boots a guest on a guest/host pair with its host settings,
+# runs one personality (layout, then -runtime, 4m by default) under the exporter and records
+# the features and the live class per window; about 8 minutes a run, the lab
+# lock taken per run, resumable. Not part of make test. More flags in
+# FILEBENCH_FLAGS, e.g. -runs varmail@btrfs/ext4/raw/none/native -budget 1h.
+FILEBENCH_FLAGS ?=
+filebench:
+	$(GO) run ./tests/workload/filebench $(FILEBENCH_FLAGS)
 
 # The live workload class on lab guests, full matrix with production rule
 # windows (tests/validate; about 2 h 45 min; CI runs a subset with short windows).
