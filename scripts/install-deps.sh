@@ -143,7 +143,7 @@ demo_binaries() {
 		go build -o bin/fspair-rules-gen ./rules/gen &&
 		go build -o bin/fspair-report ./report
 }
-step binaries "building fspair's exporter and demo tools" "about 1.5 min" demo_binaries
+step binaries "building fspair's exporter and demo tools" "about 2.5 min" demo_binaries
 
 rc=0
 finish packages "Debian packages and guest kit" || rc=1

@@ -54,11 +54,12 @@ die() {
 
 logdir=${FSPAIR_BUILD_LOG_DIR:-/var/tmp/fspair-build}
 # What each cold build took on a 2-core machine with an empty Go module cache
-# (measured: README.md "Two commands"); the start line says it so a newcomer
-# knows how long to wait.
-COLD_PROMETHEUS="about 3 min"
+# (README.md "Two commands": the server and Alertmanager side by side with
+# the rest of make deps, promtool from its CPU time, Thanos alone); the start
+# line says it so a newcomer knows how long to wait.
+COLD_PROMETHEUS="about 4.5 min"
 COLD_PROMTOOL="about 1.5 min"
-COLD_ALERTMANAGER="about 1.5 min"
+COLD_ALERTMANAGER="about 3.5 min"
 COLD_THANOS="about 4.5 min"
 
 # started NAME VERSION COLD: the one line a build prints as it starts, naming
