@@ -85,10 +85,12 @@ func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
 	sh(t, "mount", loop, mnt)
 	t.Cleanup(func() {
 		// A file system just used may be busy for a moment (Btrfs
-		// finishes its transaction in a worker).
+		// finishes its transaction in a worker): up to 20 s, since on a
+		// loaded 2-core host (lab guests beside the test) 5 s was seen
+		// to fall short once.
 		var out []byte
 		var err error
-		for i := 0; i < 50; i++ {
+		for i := 0; i < 200; i++ {
 			if out, err = exec.Command("umount", mnt).CombinedOutput(); err == nil {
 				return
 			}
