@@ -60,7 +60,7 @@ logdir=${FSPAIR_BUILD_LOG_DIR:-/var/tmp/fspair-build}
 COLD_PROMETHEUS="about 4.5 min"
 COLD_PROMTOOL="about 1.5 min"
 COLD_ALERTMANAGER="about 3.5 min"
-COLD_THANOS="about 4.5 min"
+COLD_THANOS="about 7 min"
 
 # started NAME VERSION COLD: the one line a build prints as it starts, naming
 # its log (truncated: it holds this build's output only). COLD is what a cold
