@@ -171,9 +171,12 @@ func RenderEvaluation(ws []Scored) (string, error) {
 		if w.Right() {
 			continue
 		}
-		var d []string
-		for _, c := range classifier.Workloads {
-			d = append(d, fmt.Sprintf("%s %.2f", c, w.Distances[c]))
+		d := []string{"-"} // windows recorded without their distances
+		if len(w.Distances) > 0 {
+			d = d[:0]
+			for _, c := range classifier.Workloads {
+				d = append(d, fmt.Sprintf("%s %.2f", c, w.Distances[c]))
+			}
 		}
 		wrong = append(wrong, fmt.Sprintf("| %s | %s | %s | %.2f | %s |", w.Workload, w.Pair, w.Class, w.Confidence, strings.Join(d, ", ")))
 	}
