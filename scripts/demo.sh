@@ -6,13 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (loop devices, mounts, BPF)"; exit 1; }
+# make deps: the packages, the guest kit, Prometheus and Alertmanager, and
+# the demo's binaries (bin/fspair_exporter, fspair-demo, fspair-rules-gen
+# that regenerates the rules with the pair lab's site knowledge base,
+# fspair-report that renders the report every few minutes); seconds warm.
 bash scripts/install-deps.sh
-export GOFLAGS=-mod=mod
-go build -o bin/fspair_exporter ./exporter
-go build -o bin/fspair-demo ./tests/demo
-# The demo regenerates the rules with the site knowledge base the pair lab
-# measured (docs/kdb/site.yaml).
-go build -o bin/fspair-rules-gen ./rules/gen
-# ... and renders the report (report/) from its Prometheus every few minutes.
-go build -o bin/fspair-report ./report
 exec bin/fspair-demo --exporter=bin/fspair_exporter --rules.gen=bin/fspair-rules-gen --report=bin/fspair-report "$@"
