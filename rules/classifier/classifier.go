@@ -136,6 +136,11 @@ type Model struct {
 	Far      Ramp      `yaml:"far"`
 	Features []Feature `yaml:"features"`
 	Classes  []Class   `yaml:"workloads"`
+	// Hysteresis is the bonus the class rule gives the class it chose at
+	// its previous evaluation (Held).
+	Hysteresis struct {
+		Value float64 `yaml:"value"`
+	} `yaml:"hysteresis_bonus"`
 }
 
 // Load reads the model from rules/classes.yaml (its other thresholds are
@@ -159,6 +164,9 @@ func Load(path string) (*Model, error) {
 // four workload classes in order, known features with positive scales, and
 // boxes with lo <= hi on known features.
 func (m *Model) Validate() error {
+	if b := m.Hysteresis.Value; !(b >= 0 && b < 1) {
+		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", b)
+	}
 	for _, r := range []struct {
 		name  string
 		r     Ramp
@@ -313,9 +321,8 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 		best = math.Max(best, s)
 	}
 	r.Scores[Mixed] = m.Mixed.Of(best) * (1 - idle)
-	order := append(append([]string{}, Workloads...), Idle, Mixed)
-	vals := make([]float64, 0, len(order))
-	for _, c := range order {
+	vals := make([]float64, 0, len(scoreOrder))
+	for _, c := range scoreOrder {
 		if r.Class == "" || r.Scores[c] > r.Scores[r.Class] {
 			r.Class = c
 		}
@@ -324,6 +331,26 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	sort.Sort(sort.Reverse(sort.Float64Slice(vals)))
 	r.Confidence = vals[0] - vals[1]
 	return r
+}
+
+// scoreOrder is the order the rules break ties between equal scores in.
+var scoreOrder = append(append([]string{}, Workloads...), Idle, Mixed)
+
+// Held returns the class the recording rules choose from scores when they
+// chose prev at their previous evaluation ("" at the first): the highest
+// score, prev's raised by the hysteresis bonus, ties broken as Score does.
+func (m *Model) Held(scores map[string]float64, prev string) string {
+	best, bestScore := "", math.Inf(-1)
+	for _, c := range scoreOrder {
+		s := scores[c]
+		if c == prev {
+			s += m.Hysteresis.Value
+		}
+		if s > bestScore {
+			best, bestScore = c, s
+		}
+	}
+	return best
 }
 
 // Inputs returns the model's features of a window from the image-file

@@ -101,11 +101,34 @@ func TestValidate(t *testing.T) {
 		"box on unlisted":  func(m *Model) { m.Features = m.Features[:2] },
 		"class no source":  func(m *Model) { m.Classes[3].Source = "" },
 		"idle bounds flat": func(m *Model) { m.Idle.Below = []float64{1, 1} },
+		"bonus of 1":       func(m *Model) { m.Hysteresis.Value = 1 },
+		"negative bonus":   func(m *Model) { m.Hysteresis.Value = -0.1 },
 	} {
 		m := model(t)
 		mod(m)
 		if err := m.Validate(); err == nil {
 			t.Errorf("%s: want an error", name)
 		}
+	}
+}
+
+// TestHeld: the class held at the previous evaluation keeps a lead of the
+// bonus classes.yaml gives it, as the rules' class rule does.
+func TestHeld(t *testing.T) {
+	m := model(t)
+	b := m.Hysteresis.Value
+	if b <= 0 || b >= 1 {
+		t.Fatalf("hysteresis bonus %v read from classes.yaml, want in (0, 1)", b)
+	}
+	scores := map[string]float64{"mail": 0.5, "fileserver": 0.5 + b/2}
+	if got := m.Held(scores, ""); got != "fileserver" {
+		t.Errorf("no previous class: %s, want fileserver", got)
+	}
+	if got := m.Held(scores, "mail"); got != "mail" {
+		t.Errorf("previous mail, within the bonus: %s, want mail", got)
+	}
+	scores["fileserver"] = 0.5 + 2*b
+	if got := m.Held(scores, "mail"); got != "fileserver" {
+		t.Errorf("previous mail, beyond the bonus: %s, want fileserver", got)
 	}
 }

@@ -277,6 +277,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			made = append(made, s.String())
 		}
 		res.Put(one)
+		res.Command = command
 		reclassify(cls, res, o)
 		if err := res.Save(o.Out); err != nil {
 			return err

@@ -38,7 +38,10 @@ func Render(res *Results, command string) string {
 	}
 	fmt.Fprintf(&b, "each is classed by rules/classifier on rules/classes.yaml as the recording rules would class it at one evaluation "+
 		"(*class*), and with their hysteresis carried from the previous window (*held*, what `domain_disk:fspair_workload_class:info` would show).\n\n")
-	fmt.Fprintf(&b, "Last command: `%s`\n\n", strings.TrimSpace(command))
+	if res.Command != "" {
+		fmt.Fprintf(&b, "Runs made by: `%s`\n\n", strings.TrimSpace(res.Command))
+	}
+	fmt.Fprintf(&b, "Rendered by: `%s`\n\n", strings.TrimSpace(command))
 
 	b.WriteString("## Runs\n\n")
 	b.WriteString("| run | files | working set / guest memory | layout | run | Filebench | held class, layout windows | held class, run windows | run windows right |\n")

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/fspair/fspair/rules/classifier"
 	"github.com/fspair/fspair/tests/workload"
 )
@@ -22,8 +20,11 @@ import (
 // where it stopped.
 type Results struct {
 	Updated time.Time `json:"updated"`
-	Setup   Setup     `json:"setup"`
-	Runs    []Run     `json:"runs"`
+	// Command is the last command that made runs (a -report-only
+	// rendering does not replace it).
+	Command string `json:"command,omitempty"`
+	Setup   Setup  `json:"setup"`
+	Runs    []Run  `json:"runs"`
 }
 
 // Setup is what every run of a results file shares; a series with other
@@ -186,11 +187,10 @@ func (r *Results) Save(path string) error {
 	return nil
 }
 
-// Classifier is the live classifier: the model of rules/classes.yaml and
-// its hysteresis bonus, which rules/gen writes into the class rule.
+// Classifier classes a run's windows as the recording rules would, with
+// their hysteresis (classifier.Model.Held).
 type Classifier struct {
 	Model *classifier.Model
-	Bonus float64
 }
 
 // LoadClassifier reads rules/classes.yaml.
@@ -199,42 +199,7 @@ func LoadClassifier(path string) (*Classifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	var t struct {
-		Hysteresis struct {
-			Value *float64 `yaml:"value"`
-		} `yaml:"hysteresis_bonus"`
-	}
-	if err := yaml.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	if t.Hysteresis.Value == nil {
-		return nil, fmt.Errorf("parse %s: no hysteresis_bonus.value", path)
-	}
-	return &Classifier{Model: m, Bonus: *t.Hysteresis.Value}, nil
-}
-
-// classOrder is the order the rules break ties in (classifier.Score).
-var classOrder = append(append([]string{}, classifier.Workloads...), classifier.Idle, classifier.Mixed)
-
-// Held returns the class the rules choose given the scores and the class
-// they held at the previous evaluation ("" at the first): the highest
-// score, the previous class's raised by the bonus.
-func (c *Classifier) Held(scores map[string]float64, prev string) string {
-	best, bestScore := "", math.Inf(-1)
-	for _, k := range classOrder {
-		s := scores[k]
-		if k == prev {
-			s += c.Bonus
-		}
-		if s > bestScore {
-			best, bestScore = k, s
-		}
-	}
-	return best
+	return &Classifier{Model: m}, nil
 }
 
 // Windows derives the run's windows of width, one ending every step from
@@ -272,7 +237,7 @@ func (c *Classifier) Windows(r Run, width, step time.Duration) []Window {
 		f := workload.Compute(pts[i].Snapshot, pts[j].Snapshot)
 		x, iops := workload.ModelInputs(f)
 		res := c.Model.Classify(x, iops)
-		held := c.Held(res.Scores, prev)
+		held := c.Model.Held(res.Scores, prev)
 		prev = held
 		out = append(out, Window{
 			End: round(pts[j].Time.Sub(r.Origin).Seconds()), Span: round(pts[j].Time.Sub(pts[i].Time).Seconds()),

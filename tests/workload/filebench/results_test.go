@@ -104,26 +104,6 @@ func TestWindows(t *testing.T) {
 	}
 }
 
-// TestHeld: the class held at the previous evaluation keeps a lead of the
-// bonus, as the rules' class rule gives it.
-func TestHeld(t *testing.T) {
-	c := liveClassifier(t)
-	if c.Bonus <= 0 || c.Bonus >= 1 {
-		t.Fatalf("hysteresis bonus %v read from classes.yaml, want in (0, 1)", c.Bonus)
-	}
-	scores := map[string]float64{"mail": 0.5, "fileserver": 0.5 + c.Bonus/2}
-	if got := c.Held(scores, ""); got != "fileserver" {
-		t.Errorf("no previous class: %s, want fileserver", got)
-	}
-	if got := c.Held(scores, "mail"); got != "mail" {
-		t.Errorf("previous mail, within the bonus: %s, want mail", got)
-	}
-	scores["fileserver"] = 0.5 + 2*c.Bonus
-	if got := c.Held(scores, "mail"); got != "fileserver" {
-		t.Errorf("previous mail, beyond the bonus: %s, want fileserver", got)
-	}
-}
-
 // TestResultsState: the results file is the series' state: a run without
 // an error is done, a failed one is made again, another setup is refused,
 // and a save survives a reload.
