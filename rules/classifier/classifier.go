@@ -137,11 +137,18 @@ type Model struct {
 	Features []Feature `yaml:"features"`
 	Classes  []Class   `yaml:"workloads"`
 	// Hysteresis is the bonus the class rule gives the class it chose at
-	// its previous evaluation (Held).
-	Hysteresis struct {
-		Value float64 `yaml:"value"`
-	} `yaml:"hysteresis_bonus"`
+	// its previous evaluation (Held, and rules/gen's class rule).
+	Hysteresis Bonus `yaml:"hysteresis_bonus"`
 }
+
+// Bonus is a score bonus with where its number came from.
+type Bonus struct {
+	Value  *float64 `yaml:"value"`
+	Source string   `yaml:"source"`
+}
+
+// V returns the bonus; Validate has checked it is set.
+func (b Bonus) V() float64 { return *b.Value }
 
 // Load reads the model from rules/classes.yaml (its other thresholds are
 // rules/gen's) and validates it.
@@ -164,8 +171,13 @@ func Load(path string) (*Model, error) {
 // four workload classes in order, known features with positive scales, and
 // boxes with lo <= hi on known features.
 func (m *Model) Validate() error {
-	if b := m.Hysteresis.Value; !(b >= 0 && b < 1) {
-		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", b)
+	switch h := m.Hysteresis; {
+	case h.Value == nil:
+		return errors.New("hysteresis_bonus: no value")
+	case strings.TrimSpace(h.Source) == "":
+		return fmt.Errorf("hysteresis_bonus: %w", ErrNoSource)
+	case !(*h.Value >= 0 && *h.Value < 1):
+		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", *h.Value)
 	}
 	for _, r := range []struct {
 		name  string
@@ -344,7 +356,7 @@ func (m *Model) Held(scores map[string]float64, prev string) string {
 	for _, c := range scoreOrder {
 		s := scores[c]
 		if c == prev {
-			s += m.Hysteresis.Value
+			s += m.Hysteresis.V()
 		}
 		if s > bestScore {
 			best, bestScore = c, s

@@ -101,8 +101,10 @@ func TestValidate(t *testing.T) {
 		"box on unlisted":  func(m *Model) { m.Features = m.Features[:2] },
 		"class no source":  func(m *Model) { m.Classes[3].Source = "" },
 		"idle bounds flat": func(m *Model) { m.Idle.Below = []float64{1, 1} },
-		"bonus of 1":       func(m *Model) { m.Hysteresis.Value = 1 },
-		"negative bonus":   func(m *Model) { m.Hysteresis.Value = -0.1 },
+		"bonus of 1":       func(m *Model) { one := 1.0; m.Hysteresis.Value = &one },
+		"negative bonus":   func(m *Model) { neg := -0.1; m.Hysteresis.Value = &neg },
+		"bonus no value":   func(m *Model) { m.Hysteresis.Value = nil },
+		"bonus no source":  func(m *Model) { m.Hysteresis.Source = "" },
 	} {
 		m := model(t)
 		mod(m)
@@ -116,7 +118,7 @@ func TestValidate(t *testing.T) {
 // bonus classes.yaml gives it, as the rules' class rule does.
 func TestHeld(t *testing.T) {
 	m := model(t)
-	b := m.Hysteresis.Value
+	b := m.Hysteresis.V()
 	if b <= 0 || b >= 1 {
 		t.Fatalf("hysteresis bonus %v read from classes.yaml, want in (0, 1)", b)
 	}

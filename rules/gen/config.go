@@ -29,8 +29,7 @@ var ErrNoSource = classifier.ErrNoSource
 
 // Thresholds is rules/classes.yaml: every number the rules compare against.
 type Thresholds struct {
-	classifier.Model `yaml:",inline"`
-	HysteresisBonus  Value `yaml:"hysteresis_bonus"`
+	classifier.Model `yaml:",inline"` // with hysteresis_bonus
 	Activity         struct {
 		ActiveIOPS Value `yaml:"active_iops"`
 	} `yaml:"activity"`
@@ -104,7 +103,6 @@ func (t *Thresholds) validate() error {
 		return err
 	}
 	values := map[string]Value{
-		"hysteresis_bonus":                            t.HysteresisBonus,
 		"activity.active_iops":                        t.Activity.ActiveIOPS,
 		"efficiency.min_guest_write_bytes_per_second": t.Efficiency.MinGuestWriteBytes,
 		"efficiency.min_stage_requests_per_second":    t.Efficiency.MinStageRequestsRate,
@@ -119,9 +117,6 @@ func (t *Thresholds) validate() error {
 		if err := values[name].validate(name); err != nil {
 			return err
 		}
-	}
-	if b := t.HysteresisBonus.V(); b < 0 || b >= 1 {
-		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", b)
 	}
 	return nil
 }

@@ -134,7 +134,7 @@ topk by (${disk}) (1,
   or
     %s
 )
-* 0 + 1`, scoreName, num(t.HysteresisBonus.V()), className, scoreName),
+* 0 + 1`, scoreName, num(t.Hysteresis.V()), className, scoreName),
 			"The chosen class: the highest score, where the class chosen at the previous evaluation "+
 				"(this rule's own last sample) gets hysteresis_bonus on top, so that a disk does not "+
 				"flap between two classes with close scores. A real change of workload moves the scores "+
