@@ -147,8 +147,8 @@ loadtest:
 
 # The real Filebench personalities in lab guests (tests/workload/filebench,
 # issue 37): each run boots a guest on a guest/host pair with its host settings,
-# runs one personality (layout, then -runtime, 4m by default) under the exporter and records
-# the features and the live class per window; about 8 minutes a run, the lab
+# runs one personality (layout, then -runtime, 3m by default) under the exporter and records
+# the features and the live class per window; about 4 minutes a run (36 in the default series), the lab
 # lock taken per run, resumable. Not part of make test. More flags in
 # FILEBENCH_FLAGS, e.g. -runs varmail@btrfs/ext4/raw/none/native -budget 1h.
 FILEBENCH_FLAGS ?=

@@ -88,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock, taken for each kernel's guest (empty: none; do not run under flock on the same file)")
 	fs.StringVar(&o.CacheDir, "cache", lab.DefaultCacheDir(), "kit cache (kernel packages and kits, per kernel)")
-	fs.DurationVar(&o.ProbeTimeout, "probe-timeout", 10*time.Minute, "bound on one run of the probe test binary")
+	fs.DurationVar(&o.ProbeTimeout, "probe-timeout", 20*time.Minute, "bound on one run of the probe test binary (a full run takes 4.5-9 min in a TCG guest, longer on a busy host)")
 	fs.DurationVar(&o.ExporterTimeout, "exporter-timeout", 3*time.Minute, "bound on the exporter's start until it lists the disks")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err

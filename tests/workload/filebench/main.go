@@ -23,7 +23,7 @@
 // stopped; -budget stops starting runs that would end after it. Each run
 // takes the lab lock for itself (other lab users get it in between).
 //
-//	go run ./tests/workload/filebench                        # DefaultSeries, ~8 min a run
+//	go run ./tests/workload/filebench                        # DefaultSeries, ~4 min a run
 //	go run ./tests/workload/filebench -runs varmail@btrfs/ext4/raw/none/native -budget 30m
 //	go run ./tests/workload/filebench -report-only           # classify and render again, no guests
 //
@@ -97,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated")
-	fs.DurationVar(&o.Runtime, "runtime", 4*time.Minute, "Filebench's run phase per run (its layout comes first)")
+	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")
 	fs.DurationVar(&o.Step, "step", 30*time.Second, "a window ends every step from Filebench's start")
