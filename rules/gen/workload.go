@@ -17,6 +17,11 @@ var inputs = map[string]string{
 		`sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`, classifier.RatioClamp),
 	classifier.ReadSizeLog2:   `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="read"}))`,
 	classifier.SyncWriteShare: `domain_disk:fspair_disk_sync_writes:ratio_rate${w}` + "\nor\n  0 * " + iopsRate,
+	// Without writes: 0, or the top of the clamp when the disk flushes.
+	classifier.FlushesPerWriteLog2: fmt.Sprintf(`clamp(log2(domain_disk:fspair_disk_flushes_per_write:ratio_rate${w}), -%[1]d, %[2]d)
+or
+  %[2]d * (sum without (op) (domain_disk:fspair_disk_requests:rate${w}{op="flush"}) > bool 0)`, classifier.FlushClamp, classifier.FlushClampHigh),
+	classifier.WriteSizeLog2: `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="write"}))`,
 }
 
 // ramp is the membership of a value in [0, 1].
@@ -44,14 +49,23 @@ func scoreSel(class string) string { return fmt.Sprintf(`%s{class="%s"}`, scoreN
 
 // distanceExpr is the distance of a disk from class c in units: the norm of
 // the scaled distances of its features from c's box, each the distance from
-// the box's middle less its half width (0 inside the box).
+// the box's middle less its half width (0 inside the box). Where c has a
+// range of its own for the disk's guest file system (fspair_disk_info's
+// guest_fs), that range replaces the box's.
 func distanceExpr(m *classifier.Model, c classifier.Class) string {
 	var terms []string
 	for _, f := range m.BoxFeatures(c) {
-		b := c.Box[f]
-		term := fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2",
-			featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(m.Scale(f)))
-		if f == classifier.ReadSizeLog2 {
+		term := boxTerm(f, c.Box[f], m.Scale(f))
+		var per []string
+		for _, g := range classifier.GuestFileSystems {
+			if b, ok := c.GuestFS[g][f]; ok {
+				per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(f, b, m.Scale(f)), g))
+			}
+		}
+		if len(per) > 0 {
+			term = "(" + strings.Join(append(per, term), " or ") + ")"
+		}
+		if f == classifier.ReadSizeLog2 || f == classifier.WriteSizeLog2 {
 			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingTerm()))
 		}
 		terms = append(terms, term)
@@ -61,6 +75,12 @@ func distanceExpr(m *classifier.Model, c classifier.Class) string {
 		terms[0] = fmt.Sprintf("sum without (feature) (%s)", terms[0])
 	}
 	return fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+}
+
+// boxTerm is the squared, scaled distance of a disk's feature f from the
+// range b on a feature of scale s.
+func boxTerm(f string, b [2]float64, s float64) string {
+	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
 }
 
 func featureSel(f string) string { return fmt.Sprintf(`%s{feature="%s"}`, featureName, f) }
@@ -140,9 +160,18 @@ topk by (${disk}) (1,
 				"flap between two classes with close scores. A real change of workload moves the scores "+
 				"by more than the bonus as the short window fills with it."),
 		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
-  max by (${disk}) (topk by (${disk}) (2, %[1]s))
-- min by (${disk}) (topk by (${disk}) (2, %[1]s))`, scoreName),
+(
+    max by (${disk}) (topk by (${disk}) (2, %[1]s))
+  - min by (${disk}) (topk by (${disk}) (2, %[1]s))
+)
+* on (${disk})
+  (
+      sum without (class) (%[1]s{class="%[2]s"})
+    < bool
+      max by (${disk}) (%[1]s{class!="%[2]s"})
+  )`, scoreName, classMixed),
 			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
+				"0 when mixed scores highest, as mixed names no class. "+
 				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
   %s

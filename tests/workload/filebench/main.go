@@ -71,6 +71,10 @@ type Options struct {
 	Classes       string
 	Lock          string
 	ReportOnly    bool
+	Fit           bool
+	Write         bool
+	Fio           string
+	RulesReadme   string
 	Again         bool
 }
 
@@ -115,6 +119,10 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock taken per run (\"\": none, when run under flock)")
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
+	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
+	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted features and boxes into -classes and the evaluation into -rules-readme")
+	fs.StringVar(&o.RulesReadme, "rules-readme", "rules/README.md", "where -fit -write puts the leave-one-pair-out tables")
+	fs.StringVar(&o.Fio, "fio", "tests/workload/testdata/features.json", "the fio models' runs, fitted on beside Filebench's (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -208,6 +216,9 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		return err
 	}
 	command := "go run ./tests/workload/filebench " + strings.Join(args, " ")
+	if o.Fit {
+		return fit(cls.Model, res, o, stdout)
+	}
 	if o.ReportOnly {
 		reclassify(cls, res, o)
 		if err := res.Save(o.Out); err != nil {
