@@ -150,7 +150,8 @@ loadtest:
 # runs one personality (layout, then -runtime, 3m by default) under the exporter and records
 # the features and the live class per window; about 4 minutes a run (36 in the default series), the lab
 # lock taken per run, resumable. Not part of make test. More flags in
-# FILEBENCH_FLAGS, e.g. -runs varmail@btrfs/ext4/raw/none/native -budget 1h.
+# FILEBENCH_FLAGS, e.g. -runs varmail@btrfs/ext4/raw/none/native -budget 1h; -runs heldout
+# makes the held-out parameter variants; -fit -write fits rules/classes.yaml.
 FILEBENCH_FLAGS ?=
 filebench:
 	$(GO) run ./tests/workload/filebench $(FILEBENCH_FLAGS)

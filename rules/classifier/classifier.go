@@ -183,6 +183,17 @@ type Model struct {
 	// Hysteresis is the bonus the class rule gives the class it chose at
 	// its previous evaluation (Held, and rules/gen's class rule).
 	Hysteresis Bonus `yaml:"hysteresis_bonus"`
+	// Temperature divides the squared distances in the softmax: above 1,
+	// classes at close distances share the score more evenly. Unset: 1.
+	Temperature *Bonus `yaml:"temperature,omitempty"`
+}
+
+// T returns the softmax's temperature (1 when the model sets none).
+func (m *Model) T() float64 {
+	if m.Temperature == nil || m.Temperature.Value == nil {
+		return 1
+	}
+	return *m.Temperature.Value
 }
 
 // Bonus is a score bonus with where its number came from.
@@ -222,6 +233,14 @@ func (m *Model) Validate() error {
 		return fmt.Errorf("hysteresis_bonus: %w", ErrNoSource)
 	case !(*h.Value >= 0 && *h.Value < 1):
 		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", *h.Value)
+	}
+	if t := m.Temperature; t != nil {
+		switch {
+		case t.Value == nil || !(*t.Value > 0):
+			return errors.New("temperature: want a value above 0")
+		case strings.TrimSpace(t.Source) == "":
+			return fmt.Errorf("temperature: %w", ErrNoSource)
+		}
 	}
 	for _, r := range []struct {
 		name  string
@@ -379,14 +398,14 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	for _, c := range m.Classes {
 		minD = math.Min(minD, dist[c.Name])
 	}
-	sum := 0.0
+	sum, t := 0.0, m.T()
 	for _, d := range r.Distances {
-		sum += math.Exp(-(d*d - minD*minD))
+		sum += math.Exp(-(d*d - minD*minD) / t)
 	}
 	best := 0.0
 	for _, c := range m.Classes {
 		d := r.Distances[c.Name]
-		s := math.Exp(-(d*d - minD*minD)) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
+		s := math.Exp(-(d*d-minD*minD)/t) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
 		if math.IsNaN(s) {
 			s = 0 // no distances: the rules score 0
 		}
@@ -467,4 +486,14 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Class returns the workload class named name.
+func (m *Model) Class(name string) (Class, bool) {
+	for _, c := range m.Classes {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Class{}, false
 }

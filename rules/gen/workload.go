@@ -117,6 +117,9 @@ func workloadRules(p *Params) []Rule {
 	// exp(-d^2) does not underflow: the largest distance a disk can have is
 	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
 	fit := fmt.Sprintf("exp(-(%s ^ 2))", distanceName)
+	if t := m.T(); t != 1 {
+		fit = fmt.Sprintf("exp(-(%s ^ 2) / %s)", distanceName, num(t))
+	}
 	var zeros []string
 	for _, c := range m.Classes {
 		zeros = append(zeros, fmt.Sprintf(`label_replace(0 * %s, "class", "%s", "", "")`, iopsRate, c.Name))

@@ -53,15 +53,23 @@ type FitOptions struct {
 	// sides: what a pair the training did not see may add.
 	Margin float64
 	// MinGuestRuns is how many training runs of a class on a guest file
-	// system give it ranges of its own there.
+	// system give it ranges of its own there, and GuestShare how much
+	// narrower than the class's range over every guest such a range must
+	// be to be kept (a share of its width): each costs the rules a join.
 	MinGuestRuns int
+	GuestShare   float64
 	// ScaleFloor is the least scale of a feature, as a share of the spread
 	// of the class boxes' centres on it.
 	ScaleFloor float64
+	// FarQuantile sets the far ramp's start: that quantile of the
+	// distances of training windows from their own class's box fitted
+	// without their pair (0: base's ramp); the ramp starts at FarFloor
+	// units at the least.
+	FarQuantile, FarFloor float64
 }
 
 // DefaultFit are the options the live model was fitted with.
-var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, ScaleFloor: 0.05}
+var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, GuestShare: 0.5, ScaleFloor: 0.05, FarQuantile: 0.9, FarFloor: 2.5}
 
 // Fit returns base with its features' scales and its workload boxes set
 // from the settled training windows of obs: per class and feature, the
@@ -72,6 +80,102 @@ var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, ScaleF
 // training windows keeps base's box. Idle windows (Expected) train no
 // box. Ramps, hysteresis and the feature list are base's.
 func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
+	m, err := fitBoxes(base, obs, opt)
+	if err != nil || opt.FarQuantile <= 0 {
+		return m, err
+	}
+	// far: how far a pair's windows lie from their own class's box when
+	// the boxes were fitted without that pair (leave one pair out inside
+	// the training windows), so that a pair the model has not seen is
+	// not called far for being new.
+	var d []float64
+	type heldOut struct {
+		dist   map[string]float64
+		iops   float64
+		expect string
+	}
+	var held []heldOut
+	for _, p := range pairsOf(obs, "") {
+		var train, test []Observation
+		for _, o := range obs {
+			if PairOf(o.Pair) == p {
+				test = append(test, o)
+			} else {
+				train = append(train, o)
+			}
+		}
+		inner, err := fitBoxes(base, train, opt)
+		if err != nil {
+			return nil, fmt.Errorf("far, %s left out: %w", p, err)
+		}
+		for _, o := range test {
+			c, ok := inner.Class(o.Expected(base))
+			if !o.Settled || !ok {
+				continue
+			}
+			if v := inner.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(v) {
+				d = append(d, v)
+			}
+			dist := map[string]float64{}
+			for _, k := range inner.Classes {
+				dist[k.Name] = inner.Distance(k, o.Inputs, o.GuestFS)
+			}
+			held = append(held, heldOut{dist, o.IOPS, o.Expected(base)})
+		}
+	}
+	if len(d) < 10 {
+		return m, nil // too few to say: base's ramp
+	}
+	sort.Float64s(d)
+	lo := round2(math.Max(quantile(d, opt.FarQuantile), opt.FarFloor))
+	hi := round2(math.Max(quantile(d, 1-(1-opt.FarQuantile)/10), lo+1))
+	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
+		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class's box fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
+		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
+	// The softmax's temperature: the one of Temperatures under which the
+	// same held-out windows' scores for their own class have the least
+	// log loss (the scores say how often they are right).
+	bestT, bestLoss := 1.0, math.Inf(1)
+	for _, t := range Temperatures {
+		v := t
+		m.Temperature = &classifier.Bonus{Value: &v}
+		loss := 0.0
+		for _, h := range held {
+			p := m.Score(h.dist, h.iops).Scores[h.expect]
+			loss -= math.Log(math.Max(p, 1e-6))
+		}
+		if loss < bestLoss-1e-9 {
+			bestT, bestLoss = t, loss
+		}
+	}
+	m.Temperature = &classifier.Bonus{Value: &bestT, Source: fmt.Sprintf(
+		"fitted: of %v, the temperature under which the %d windows held out as for far score their own class with the least log loss (%.3f a window)",
+		Temperatures, len(held), bestLoss/float64(len(held)))}
+	return m, nil
+}
+
+// Temperatures are the softmax temperatures Fit chooses from.
+var Temperatures = []float64{1, 2, 4, 8, 16, 32, 64, 128}
+
+// pairsOf returns the guest/host pairs of obs (of source src, "" for
+// all), sorted.
+func pairsOf(obs []Observation, src string) []string {
+	set := map[string]bool{}
+	for _, o := range obs {
+		if src == "" || o.Source == src {
+			set[PairOf(o.Pair)] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fitBoxes is Fit without the far ramp.
+func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
 	m := *base
 	m.Features = append([]classifier.Feature(nil), base.Features...)
 	m.Classes = make([]classifier.Class, len(base.Classes))
@@ -162,13 +266,17 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 				if len(runs[k]) < opt.MinGuestRuns {
 					continue
 				}
+				gb, all := box(values[k], f.Scale), nc.Box[f.Name]
+				if gb[1]-gb[0] > opt.GuestShare*(all[1]-all[0]) {
+					continue // not much narrower than over every guest: not worth a rule
+				}
 				if nc.GuestFS == nil {
 					nc.GuestFS = map[string]map[string][2]float64{}
 				}
 				if nc.GuestFS[g] == nil {
 					nc.GuestFS[g] = map[string][2]float64{}
 				}
-				nc.GuestFS[g][f.Name] = box(values[k], f.Scale)
+				nc.GuestFS[g][f.Name] = gb
 			}
 		}
 		if !trained {
@@ -245,19 +353,8 @@ func PairOf(pair string) string {
 // Filebench windows with it, for each pair: every window classed by a
 // model that never saw its pair.
 func LeaveOnePairOut(base *classifier.Model, obs []Observation, opt FitOptions) ([]Evaluated, error) {
-	pairs := map[string]bool{}
-	for _, o := range obs {
-		if o.Source == "filebench" {
-			pairs[PairOf(o.Pair)] = true
-		}
-	}
-	keys := make([]string, 0, len(pairs))
-	for p := range pairs {
-		keys = append(keys, p)
-	}
-	sort.Strings(keys)
 	var out []Evaluated
-	for _, p := range keys {
+	for _, p := range pairsOf(obs, "filebench") {
 		var train, test []Observation
 		for _, o := range obs {
 			switch {

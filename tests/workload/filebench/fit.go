@@ -19,13 +19,20 @@ import (
 const SettleSeconds = 180
 
 // fitInputs are the observations the classifier is fitted and held out
-// on: every Filebench window of res, and the fio models' windows of fio.
-func fitInputs(res *Results, fio *workload.Results, o *Options) []workload.Observation {
-	obs := Observations(res, o.Window, o.Step, SettleSeconds*time.Second)
-	if fio != nil {
-		obs = append(obs, workload.FioObservations(fio)...)
+// on: every Filebench window of res but the held-out variants', and the
+// fio models' windows of fio; and the variants' windows apart.
+func fitInputs(res *Results, fio *workload.Results, o *Options) (train, variants []workload.Observation) {
+	for _, ob := range Observations(res, o.Window, o.Step, SettleSeconds*time.Second) {
+		if ob.Source == VariantSource {
+			variants = append(variants, ob)
+		} else {
+			train = append(train, ob)
+		}
 	}
-	return obs
+	if fio != nil {
+		train = append(train, workload.FioObservations(fio)...)
+	}
+	return train, variants
 }
 
 // scored converts evaluated windows to the held-out tables' rows.
@@ -135,6 +142,11 @@ func renderFit(w io.Writer, ev []workload.Evaluated) error {
 // rules/classes.yaml spells them.
 func modelYAML(m *classifier.Model) string {
 	var b strings.Builder
+	fb := m.Far.Bounds()
+	fmt.Fprintf(&b, "far:\n  above: [%g, %g]\n  source: >-\n    %s\n\n", fb[0], fb[1], m.Far.Source)
+	if t := m.Temperature; t != nil {
+		fmt.Fprintf(&b, "temperature:\n  value: %g\n  source: >-\n    %s\n\n", *t.Value, t.Source)
+	}
 	b.WriteString("features:\n")
 	for _, f := range m.Features {
 		fmt.Fprintf(&b, "  - name: %s\n    scale: %g\n    source: >-\n      %s\n", f.Name, f.Scale, f.Source)
@@ -175,25 +187,31 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 			return err
 		}
 	}
-	obs := fitInputs(res, fio, o)
+	obs, variants := fitInputs(res, fio, o)
 	ev, err := workload.LeaveOnePairOut(base, obs, workload.DefaultFit)
 	if err != nil {
-		return err
-	}
-	if err := renderFit(stdout, ev); err != nil {
 		return err
 	}
 	m, err := workload.Fit(base, obs, workload.DefaultFit)
 	if err != nil {
 		return err
 	}
-	if !o.Write {
-		fmt.Fprintf(stdout, "\n#### The model fitted on every window\n\n```yaml\n%s```\n", modelYAML(m))
-		return nil
-	}
 	var report strings.Builder
 	if err := renderFit(&report, ev); err != nil {
 		return err
+	}
+	if len(variants) > 0 {
+		// No number was fitted on them: the model fitted on every other
+		// window classes them.
+		fmt.Fprintf(&report, "#### Held-out variants (parameters changed), classed by the model fitted on every run above\n\n")
+		if err := renderFit(&report, workload.Evaluate(m, variants)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(stdout, report.String())
+	if !o.Write {
+		fmt.Fprintf(stdout, "\n#### The model fitted on every window\n\n```yaml\n%s```\n", modelYAML(m))
+		return nil
 	}
 	if err := replaceBlock(o.Classes, fitBegin, fitEnd, modelYAML(m)); err != nil {
 		return err

@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	o := &Options{}
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated")
+	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries) or \"heldout\" (HeldOutSeries: parameter variants no number is fitted on)")
 	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")
@@ -130,6 +130,12 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
+	switch *runs {
+	case "default":
+		*runs = DefaultSeries
+	case "heldout":
+		*runs = HeldOutSeries
+	}
 	if o.Specs, err = ParseSpecs(*runs); err != nil {
 		return nil, err
 	}
@@ -269,7 +275,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			break
 		}
 		p, _ := FindPersonality(s.Personality)
-		text, err := Patch(p.Name, texts[p.Name], Params{Dir: fileSetDir, Files: o.files(p), MemSize: o.MemSize, Runtime: int(o.Runtime.Seconds())})
+		text, err := Patch(p.Name, texts[p.Name], Params{Dir: fileSetDir, Files: o.files(p), MemSize: o.MemSize, Runtime: int(o.Runtime.Seconds()), Vars: s.VarMap()})
 		if err != nil {
 			return err
 		}

@@ -257,20 +257,28 @@ func RunWindows(r Run, width, step time.Duration) []Window {
 	return out
 }
 
+// VariantSource is the Source of a held-out variant's observations.
+const VariantSource = "filebench-variant"
+
 // Observations returns the windows of every run without an error as the
 // classifier's observations, in run order: a window is settled when it
-// ends settle or more after Filebench's start.
+// ends settle or more after Filebench's start. A held-out variant's are of
+// VariantSource.
 func Observations(res *Results, width, step, settle time.Duration) []workload.Observation {
 	var out []workload.Observation
 	for _, r := range res.Runs {
 		if r.Error != "" {
 			continue
 		}
+		src := "filebench"
+		if r.Variant() {
+			src = VariantSource
+		}
 		for _, w := range RunWindows(r, width, step) {
 			x, iops := workload.ModelInputs(w.Features)
 			out = append(out, workload.Observation{
 				Truth: r.Class, Run: r.Spec.String(), Pair: r.Spec.Pair(), GuestFS: r.Guest, End: w.End,
-				Inputs: x, IOPS: iops, Settled: w.End >= settle.Seconds(), Source: "filebench",
+				Inputs: x, IOPS: iops, Settled: w.End >= settle.Seconds(), Source: src,
 			})
 		}
 	}
