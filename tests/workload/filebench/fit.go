@@ -188,11 +188,16 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 		}
 	}
 	obs, variants := fitInputs(res, fio, o)
-	ev, err := workload.LeaveOnePairOut(base, obs, workload.DefaultFit)
+	opt := workload.DefaultFit
+	if v := os.Getenv("FSPAIR_FIT_GUEST_SHARE"); v != "" && !o.Write {
+		// An experiment on the evaluation only: -write always fits DefaultFit.
+		fmt.Sscan(v, &opt.GuestShare)
+	}
+	ev, err := workload.LeaveOnePairOut(base, obs, opt)
 	if err != nil {
 		return err
 	}
-	m, err := workload.Fit(base, obs, workload.DefaultFit)
+	m, err := workload.Fit(base, obs, opt)
 	if err != nil {
 		return err
 	}
@@ -209,6 +214,7 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 		}
 	}
 	fmt.Fprint(stdout, report.String())
+	fmt.Fprintf(stdout, "\n%s\n", ownScores(m, obs))
 	if !o.Write {
 		fmt.Fprintf(stdout, "\n#### The model fitted on every window\n\n```yaml\n%s```\n", modelYAML(m))
 		return nil
@@ -244,4 +250,24 @@ func replaceBlock(path, begin, end, text string) error {
 	}
 	out := s[:i+len(begin)+1] + strings.TrimRight(text, "\n") + s[j:]
 	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+// ownScores describes how the model fitted on every window scores the
+// settled training windows for their own class (a fit, not held out): what
+// the hand-set thresholds (mixed, the hysteresis) are judged against.
+func ownScores(m *classifier.Model, obs []workload.Observation) string {
+	var s []float64
+	for _, o := range obs {
+		if !o.Settled || o.Expected(m) == classifier.Idle {
+			continue
+		}
+		s = append(s, m.Classify(o.Inputs, o.IOPS, o.GuestFS).Scores[o.Expected(m)])
+	}
+	if len(s) == 0 {
+		return "no settled training windows"
+	}
+	slices.Sort(s)
+	at := func(q float64) float64 { return s[int(q*float64(len(s)-1))] }
+	return fmt.Sprintf("settled training windows' score for their own class (fitted on them): %d windows, min %.3f, 10th percentile %.3f, median %.3f",
+		len(s), s[0], at(0.1), at(0.5))
 }
