@@ -62,7 +62,12 @@ lint: build
 
 # Everything CI runs: unit tests (with fuzz seed corpora), BPF tests against
 # the running kernel, the lab end-to-end tests with real QEMU guests, and lint.
-test: test-deps promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
+# scripts/steps.sh makes the steps in this order, each as its own goal, stops
+# at the first failure, and prints when each starts, how long each took and,
+# at the end, every step's time and lab-test's per package and long test.
+TEST_STEPS := test-deps promstack build check-generate check-rules check-dashboards lint unit-test deploy-test lab-test kdb-quick demo-smoke
+test:
+	@MAKE='$(MAKE)' bash scripts/steps.sh $(TEST_STEPS)
 
 # What only the tests use, beyond make deps (Debian packages: clang for make
 # generate, Debian's Prometheus 2.42, docker-compose, ...); seconds when present.
