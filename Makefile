@@ -22,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules matrix print-matrix-kernels report validate filebench kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules foundation matrix print-matrix-kernels report validate filebench kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -127,6 +127,12 @@ deploy-test: build
 
 bench: build
 	bash scripts/bench.sh
+
+# tests/e2e TestFoundation on all 18 data disks: raw and qcow2 x QEMU's three
+# aio modes on each of ext4, XFS and Btrfs (lab-test runs a covering subset of
+# 6; TestModesAgree covers every host FS x aio mode there). About 4 minutes.
+foundation:
+	flock /var/tmp/fspair-lab.lock $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ -run 'TestFoundation$$' -foundation.all
 
 # The kernel matrix (tests/matrix): on every kernel of MATRIX_KERNELS, for each
 # probe mode (MATRIX_MODES; empty: the harness's default fentry,tracepoint,syscall;
