@@ -274,6 +274,37 @@ func TestShortWindows(t *testing.T) {
 	}
 }
 
+// TestLongInterval: -long-interval changes how often the long-window
+// groups (and only they) are evaluated, in the per-host rules and the
+// fleet's, and nothing else.
+func TestLongInterval(t *testing.T) {
+	o := committed
+	o.LongInterval = "30s"
+	for _, gen := range []func(Options) (map[string][]byte, error){Generate, GenerateFleet} {
+		def, err := gen(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, err := gen(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range def {
+			want := strings.NewReplacer("interval: 3m", "interval: 30s", "evaluated every 3m", "evaluated every 30s").Replace(string(b))
+			if string(fast[name]) != want {
+				t.Errorf("%s with -long-interval 30s: want the committed file with every 3m interval at 30s", name)
+			}
+		}
+	}
+	files, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 3 {
+		t.Errorf("fspair.rules.yml: %d groups every 30s, want 3 (disk.long, efficiency.long, fleet)", n)
+	}
+}
+
 func TestDurations(t *testing.T) {
 	for in, want := range map[string]int64{"5m": 300, "1h": 3600, "1h30m": 5400, "90s": 90, "1d": 86400, "2w": 1209600} {
 		got, err := parseDuration(in)
@@ -301,10 +332,12 @@ func TestDurations(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	for name, mod := range map[string]func(*Options){
-		"long not longer": func(o *Options) { o.Long = "5m" },
-		"bad short":       func(o *Options) { o.Short = "5 minutes" },
-		"negative scale":  func(o *Options) { o.ForScale = -1 },
-		"missing classes": func(o *Options) { o.Classes = "testdata/nonexistent.yaml" },
+		"long not longer":               func(o *Options) { o.Long = "5m" },
+		"bad short":                     func(o *Options) { o.Short = "5 minutes" },
+		"negative scale":                func(o *Options) { o.ForScale = -1 },
+		"long interval at the lookback": func(o *Options) { o.LongInterval = "5m" },
+		"bad long interval":             func(o *Options) { o.LongInterval = "30" },
+		"missing classes":               func(o *Options) { o.Classes = "testdata/nonexistent.yaml" },
 	} {
 		o := committed
 		mod(&o)

@@ -25,6 +25,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 // Options are the command's flags.
 type Options struct {
 	Out, Short, Long  string
+	LongInterval      string // empty: longInterval of Long
 	ForScale          float64
 	Classes, KB, Site string
 }
@@ -36,6 +37,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml, fspair.alerts.yml and fleet/ to")
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
+	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
 	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")
 	fs.StringVar(&o.KB, "kdb", "rules/kdb/pairs.yaml", "published knowledge base")
@@ -101,6 +103,19 @@ func params(o Options) (*Params, error) {
 	if long <= short {
 		return nil, fmt.Errorf("check windows: -long %s must be longer than -short %s", o.Long, o.Short)
 	}
+	every := longInterval(window{formatDuration(long), long})
+	if o.LongInterval != "" {
+		secs, err := parseDuration(o.LongInterval)
+		if err != nil {
+			return nil, fmt.Errorf("parse -long-interval: %w", err)
+		}
+		// Readers of the long-window series (fleet rules, alerts,
+		// dashboards) must never see a gap: below the 5m lookback.
+		if secs <= 0 || secs >= 300 {
+			return nil, fmt.Errorf("check -long-interval %s: must be above 0 and below 5m (Prometheus' lookback)", o.LongInterval)
+		}
+		every = formatDuration(secs)
+	}
 	if !(o.ForScale >= 0) {
 		return nil, fmt.Errorf("check -for-scale %v: must be >= 0", o.ForScale)
 	}
@@ -113,10 +128,11 @@ func params(o Options) (*Params, error) {
 		return nil, err
 	}
 	return &Params{
-		Short:    window{formatDuration(short), short},
-		Long:     window{formatDuration(long), long},
-		ForScale: o.ForScale,
-		T:        t,
-		KB:       kb,
+		Short:     window{formatDuration(short), short},
+		Long:      window{formatDuration(long), long},
+		LongEvery: every,
+		ForScale:  o.ForScale,
+		T:         t,
+		KB:        kb,
 	}, nil
 }
