@@ -380,9 +380,6 @@ func TestThresholdsValidation(t *testing.T) {
 		{"far must rise", `far:\n  above:`, "far:\n  below:", nil},
 		{"box on an unlisted feature", `(?m)^      sync_write_share: \[`, "      random_read_share: [", nil},
 		{"inverted box", `read_write_log2: \[([-0-9.e]+), ([-0-9.e]+)\]`, "read_write_log2: [${2}, ${1}]", nil},
-		{"guest range on a feature the box lacks", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):\n`, "    guest_fs:\n      ${1}:\n        random_read_share: [0, 1]\n", nil},
-		{"unknown guest file system", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):`, "    guest_fs:\n      zfs:", nil},
-		{"temperature without source", `(?m)^(temperature:\n  value: [-0-9.e]+\n  )source:`, "${1}sourcex:", nil},
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
@@ -565,6 +562,36 @@ func TestLongWindowRead(t *testing.T) {
 	for name := range longRecords {
 		if !strings.Contains(string(committedRules), "record: "+name+"1h\n") {
 			t.Errorf("longRecords names %s, which no long-window rule records", name)
+		}
+	}
+}
+
+// TestCandidateValidation checks what only the fitted candidate model
+// (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
+// ranges per guest file system and a softmax temperature, each refused
+// when malformed.
+func TestCandidateValidation(t *testing.T) {
+	base, err := os.ReadFile("../classes-candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadThresholds("../classes-candidate.yaml"); err != nil {
+		t.Fatalf("committed candidate: %v", err)
+	}
+	for _, c := range []struct{ name, re, new string }{
+		{"guest range on a feature the box lacks", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):\n`, "    guest_fs:\n      ${1}:\n        random_read_share: [0, 1]\n"},
+		{"unknown guest file system", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):`, "    guest_fs:\n      zfs:"},
+		{"temperature without source", `(?m)^(temperature:\n  value: [-0-9.e]+\n  )source:`, "${1}sourcex:"},
+		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
+	} {
+		re := regexp.MustCompile(c.re)
+		loc := re.FindStringIndex(string(base))
+		if loc == nil {
+			t.Fatalf("%s: the edit does not apply to the candidate", c.name)
+		}
+		body := string(base[:loc[0]]) + re.ReplaceAllString(string(base[loc[0]:loc[1]]), c.new) + string(base[loc[1]:])
+		if _, err := LoadThresholds(writeTemp(t, body)); err == nil {
+			t.Errorf("%s: want an error", c.name)
 		}
 	}
 }

@@ -66,10 +66,15 @@ type FitOptions struct {
 	// without their pair (0: base's ramp); the ramp starts at FarFloor
 	// units at the least.
 	FarQuantile, FarFloor float64
+	// ConfidentRight and WrongLow are what the temperature must give the
+	// windows held out inside the training set: the share of those at
+	// confidence 0.9 or more that are right, and of the wrong ones that
+	// are below 0.5 (issue 37's targets: 0.95 and 0.9).
+	ConfidentRight, WrongLow float64
 }
 
 // DefaultFit are the options the live model was fitted with.
-var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, GuestShare: 0.5, ScaleFloor: 0.05, FarQuantile: 0.9, FarFloor: 2.5}
+var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, GuestShare: 0.5, ScaleFloor: 0.05, FarQuantile: 0.9, FarFloor: 2.5, ConfidentRight: 0.95, WrongLow: 0.9}
 
 // Fit returns base with its features' scales and its workload boxes set
 // from the settled training windows of obs: per class and feature, the
@@ -132,25 +137,47 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
 		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class's box fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
 		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
-	// The softmax's temperature: the one of Temperatures under which the
-	// same held-out windows' scores for their own class have the least
-	// log loss (the scores say how often they are right).
-	bestT, bestLoss := 1.0, math.Inf(1)
+	// The softmax's temperature: the lowest of Temperatures at which the
+	// same held-out windows' confidence means what it says (of those at
+	// 0.9 or more, at least ConfidentRight right; of the wrong ones, at
+	// least WrongLow below 0.5), or the highest when none does. Lower
+	// temperatures commit to the nearest class more often.
+	chosen, met := Temperatures[len(Temperatures)-1], false
+	var why string
 	for _, t := range Temperatures {
 		v := t
 		m.Temperature = &classifier.Bonus{Value: &v}
-		loss := 0.0
+		conf, confRight, wrong, wrongLow := 0, 0, 0, 0
 		for _, h := range held {
-			p := m.Score(h.dist, h.iops).Scores[h.expect]
-			loss -= math.Log(math.Max(p, 1e-6))
+			r := m.Score(h.dist, h.iops)
+			right := r.Class == h.expect
+			if r.Confidence >= 0.9 {
+				conf++
+				if right {
+					confRight++
+				}
+			}
+			if !right {
+				wrong++
+				if r.Confidence < 0.5 {
+					wrongLow++
+				}
+			}
 		}
-		if loss < bestLoss-1e-9 {
-			bestT, bestLoss = t, loss
+		ok := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
+			(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
+		if ok {
+			chosen, met = t, true
+			why = fmt.Sprintf("%d of %d windows at confidence >= 0.9 right, %d of %d wrong ones below 0.5", confRight, conf, wrongLow, wrong)
+			break
 		}
 	}
-	m.Temperature = &classifier.Bonus{Value: &bestT, Source: fmt.Sprintf(
-		"fitted: of %v, the temperature under which the %d windows held out as for far score their own class with the least log loss (%.3f a window)",
-		Temperatures, len(held), bestLoss/float64(len(held)))}
+	if !met {
+		why = "none of them met both; the highest"
+	}
+	m.Temperature = &classifier.Bonus{Value: &chosen, Source: fmt.Sprintf(
+		"fitted: of %v, the lowest at which the %d windows held out as for far have a confidence that means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
+		Temperatures, len(held), opt.ConfidentRight, opt.WrongLow, why)}
 	return m, nil
 }
 

@@ -219,10 +219,40 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 		fmt.Fprintf(stdout, "\n#### The model fitted on every window\n\n```yaml\n%s```\n", modelYAML(m))
 		return nil
 	}
-	if err := replaceBlock(o.Classes, fitBegin, fitEnd, modelYAML(m)); err != nil {
+	live, err := os.ReadFile(o.Classes)
+	if err != nil {
+		return err
+	}
+	cand, err := candidate(string(live), modelYAML(m))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Candidate, []byte(cand), 0o644); err != nil {
 		return err
 	}
 	return replaceBlock(o.RulesReadme, lopoBegin, lopoEnd, report.String())
+}
+
+// candidateHeader opens the candidate model's file.
+const candidateHeader = `# The candidate classifier: rules/classes.yaml with its far ramp, features and
+# workload boxes replaced by the fit on the Filebench runs and the fio models
+# (the FITTED block), and a softmax temperature. Written by
+# go run ./tests/workload/filebench -fit -write; do not edit. The rules are
+# generated from rules/classes.yaml, not from this file, until the candidate's
+# held-out figures (rules/README.md) meet issue 37's targets.
+`
+
+// candidate returns the live model's text with its far ramp and its
+// features and workloads (up to activity:) replaced by fitted.
+func candidate(live, fitted string) (string, error) {
+	far, hyst := strings.Index(live, "\nfar:\n"), strings.Index(live, "\nhysteresis_bonus:")
+	feat, act := strings.Index(live, "\nfeatures:\n"), strings.Index(live, "\nactivity:\n")
+	if far < 0 || hyst < far || feat < hyst || act < feat {
+		return "", fmt.Errorf("the live model lacks far, hysteresis_bonus, features or activity in that order")
+	}
+	out := candidateHeader + live[:far+1] + live[hyst+1:feat+1] +
+		fitBegin + "\n" + strings.TrimRight(fitted, "\n") + "\n" + fitEnd + "\n" + live[act:]
+	return out, nil
 }
 
 // The generated blocks -fit -write replaces: the fitted features and

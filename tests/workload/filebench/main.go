@@ -75,6 +75,7 @@ type Options struct {
 	Write         bool
 	Fio           string
 	RulesReadme   string
+	Candidate     string
 	Again         bool
 }
 
@@ -120,8 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
 	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
-	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted features and boxes into -classes and the evaluation into -rules-readme")
+	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -candidate and the evaluation into -rules-readme")
 	fs.StringVar(&o.RulesReadme, "rules-readme", "rules/README.md", "where -fit -write puts the leave-one-pair-out tables")
+	fs.StringVar(&o.Candidate, "candidate", "rules/classes-candidate.yaml", "where -fit -write puts the fitted model: -classes with its far ramp, features and boxes replaced")
 	fs.StringVar(&o.Fio, "fio", "tests/workload/testdata/features.json", "the fio models' runs, fitted on beside Filebench's (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -225,9 +225,10 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// TestFittedModelCurrent checks that rules/classes.yaml's fitted block is
-// what the fit gives on the stored runs (go run ./tests/workload/filebench
-// -fit -write writes it), so that no one retunes it by hand.
+// TestFittedModelCurrent checks that rules/classes-candidate.yaml is what
+// the fit gives on the stored runs from the live rules/classes.yaml (go run
+// ./tests/workload/filebench -fit -write writes it), so that no one retunes
+// it by hand, and that it loads as a model.
 func TestFittedModelCurrent(t *testing.T) {
 	res, err := LoadResults("../testdata/filebench.json")
 	if err != nil {
@@ -247,16 +248,22 @@ func TestFittedModelCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("../../../rules/classes.yaml")
+	live, err := os.ReadFile("../../../rules/classes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	i, j := strings.Index(s, fitBegin+"\n"), strings.Index(s, "\n"+fitEnd+"\n")
-	if i < 0 || j < i {
-		t.Fatal("rules/classes.yaml has no fitted block")
+	want, err := candidate(string(live), modelYAML(m))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, want := s[i+len(fitBegin)+1:j], strings.TrimRight(modelYAML(m), "\n"); got != want {
-		t.Errorf("rules/classes.yaml's fitted block is not the fit of the stored runs: run go run ./tests/workload/filebench -fit -write\n got:\n%s\nwant:\n%s", got, want)
+	got, err := os.ReadFile("../../../rules/classes-candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("rules/classes-candidate.yaml is not the fit of the stored runs: run go run ./tests/workload/filebench -fit -write")
+	}
+	if _, err := LoadClassifier("../../../rules/classes-candidate.yaml"); err != nil {
+		t.Errorf("the candidate does not load: %v", err)
 	}
 }
