@@ -232,7 +232,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		return writeReport(o.Report, res, command)
+		return writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1])
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("booting lab guests needs root (loop devices, mount, QEMU, BPF); run as root, or -report-only")
@@ -301,7 +301,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		if err := writeReport(o.Report, res, command); err != nil {
+		if err := writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1]); err != nil {
 			return err
 		}
 		if err == nil {
