@@ -116,6 +116,9 @@ func trackFile(t *testing.T, p *Probes, path string, slot uint32) *os.File {
 	if err := p.Track(ino, slot, ImageConfig{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.SetVMM(slot, uint32(os.Getpid())); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {
 		t.Fatal(err)
 	}
