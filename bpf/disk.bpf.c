@@ -44,9 +44,12 @@ static __always_inline u64 io_uring_len(struct io_kiocb *req, u8 opcode)
  * aio=io_uring: the request is traced where it is submitted, in the
  * submitting thread (so the fd resolves in its file table), and completed by
  * the same struct io_kiocb, wherever it ran: inline, after a poll, or punted
- * to an iou-wrk thread. Every process's submissions pass here: the opcode
- * first, then the file's super block, then the one lookup that names the
- * disk and its VMM.
+ * to an iou-wrk thread. Every process's submissions pass here and no file
+ * is known before the walk of the fd table (three probe reads): the process
+ * is looked up first (vmm_tgids), which costs another process's submission
+ * less than the walk (measured on this host: 70-96 ns a run against
+ * 222-272 ns with the walk first), and the image's own VMM once the file
+ * is found.
  */
 static __always_inline int uring_submit(struct io_kiocb *req)
 {
@@ -57,6 +60,8 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 	u8 opcode, op;
 	bool dsync = false;
 
+	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
+		return 0;
 	opcode = BPF_CORE_READ(req, opcode);
 	switch (opcode) {
 	case IORING_OP_READV:
@@ -77,9 +82,8 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 		return 0;
 	}
 	if (BPF_CORE_READ(req, flags) & REQ_F_FIXED_FILE) {
-		/* Registered files resolve through the ring's table; not followed yet: said for a VMM's. */
-		if (task_followed(bpf_get_current_pid_tgid() >> 32))
-			drop(DROP_IO_URING_FIXED_FILE);
+		/* Registered files resolve through the ring's table; not followed yet. */
+		drop(DROP_IO_URING_FIXED_FILE);
 		return 0;
 	}
 	img = file_image(fd_file(BPF_CORE_READ(req, cqe.fd)));

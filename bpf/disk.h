@@ -236,11 +236,9 @@ struct {
 
 /*
  * Processes that run a tracked disk (VMM tgids); all when track_all_tasks.
- * Only the syscall mode's hooks, which run for every system call of the
- * listed kinds and see no file before walking the fd table, read it first
- * (and io_uring's submission, to say a VMM's fixed-file requests are not
- * followed); the other hooks find the VMM in disk_by_inode's value, with
- * the disk.
+ * Read first only by the hooks that see no file before walking the fd
+ * table (the syscall mode's, io_uring's submission); the file-system hooks
+ * find the VMM in disk_by_inode's value, with the disk.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
