@@ -102,7 +102,7 @@ func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
 }
 
 // trackFile opens path and tracks it as slot, for this process only.
-func trackFile(t *testing.T, p *Probes, path string, slot uint32) *os.File {
+func trackFile(t testing.TB, p *Probes, path string, slot uint32) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
