@@ -46,7 +46,7 @@
 /*
  * The shape histograms (seek distances, inter-arrival, outstanding) count
  * one request in SHAPE_SAMPLE of each disk, in submission order: a shape
- * needs a sample, not every request, and each sampled request costs seven
+ * needs a sample, not every request, and each sampled request costs eight
  * more atomic adds and the full scan of the seek history. Requests, bytes,
  * latency, size and the sequential/random counts stay per request. User
  * space may set every request (the probe package's tests do: they check
