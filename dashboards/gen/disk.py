@@ -492,7 +492,7 @@ def _workload() -> list[PanelBuilder]:
         timeseries_panel(
             "Requests in flight at issue",
             "Mean number of the disk's requests outstanding on the image file when one is issued, itself included "
-            "(fspair_disk_outstanding_requests): the queue depth QEMU keeps.",
+            "(fspair_disk_outstanding_requests, a sample of one request in 8): the queue depth QEMU keeps.",
             "short",
             [
                 Query(
@@ -543,7 +543,8 @@ def _sizes_and_seeks() -> list[PanelBuilder]:
         heatmap_panel(
             "Seek distance from the previous request",
             "Signed distance in bytes from the end of the previous request to the start of this one "
-            '(fspair_disk_seek_distance_bytes{reference="previous"}); 0 is a sequential stream.',
+            '(fspair_disk_seek_distance_bytes{reference="previous"}); 0 is a sequential stream. '
+            "A sample of one request in 8: the counts are about an eighth of the requests.",
             "bytes",
             Query(buckets("fspair_disk_seek_distance_bytes", 'reference="previous"')),
             width=12,
@@ -551,7 +552,8 @@ def _sizes_and_seeks() -> list[PanelBuilder]:
         heatmap_panel(
             "Seek distance from the nearest of the last 16 requests",
             'Signed distance from the nearest end of the last 16 requests (fspair_disk_seek_distance_bytes{reference="nearest16"}): '
-            "the reference of the random/sequential split, which sees interleaved sequential streams as sequential.",
+            "the reference of the random/sequential split, which sees interleaved sequential streams as sequential. "
+            "A sample of one request in 8: the counts are about an eighth of the requests (the split itself counts every one).",
             "bytes",
             Query(buckets("fspair_disk_seek_distance_bytes", 'reference="nearest16"')),
             width=12,
