@@ -191,7 +191,7 @@ def _identity() -> list[PanelBuilder]:
         stat_panel(
             "Classifier confidence",
             "Best class score minus the runner-up (domain_disk:fspair_workload_class:confidence): near 0, two classes fit "
-            "almost equally well. rules/README.md (Held-out validation) has how often the class was right on lab runs per "
+            "almost equally well; 0 when mixed scores highest (no class fits). rules/README.md (Held-out validation) has how often the class was right on lab runs per "
             "band of this value.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
