@@ -14,10 +14,12 @@ func model(t *testing.T) *Model {
 	return m
 }
 
-// centre returns the middle of every range of c's box.
-func centre(c Class) map[string]float64 {
-	x := map[string]float64{SyncWriteShare: 0}
-	for f, b := range c.Box {
+// centre returns the middle of every range of c's box on guest file
+// system g ("": the box), the features without a range as a disk without
+// durable writes or flushes.
+func centre(c Class, g string) map[string]float64 {
+	x := map[string]float64{SyncWriteShare: 0, FlushesPerWriteLog2: 0}
+	for f, b := range c.BoxFor(g) {
 		x[f] = (b[0] + b[1]) / 2
 	}
 	return x
@@ -31,11 +33,7 @@ func TestBoxesSeparate(t *testing.T) {
 	m := model(t)
 	for _, c := range m.Classes {
 		for _, g := range append([]string{""}, GuestFileSystems...) {
-			x := map[string]float64{SyncWriteShare: 0, FlushesPerWriteLog2: 0}
-			for f, b := range c.BoxFor(g) {
-				x[f] = (b[0] + b[1]) / 2
-			}
-			r := m.Classify(x, 100, g)
+			r := m.Classify(centre(c, g), 100, g)
 			if r.Class != c.Name || r.Scores[c.Name] <= 0.5 {
 				t.Errorf("centre of %s (guest %q): class %s, scores %v", c.Name, g, r.Class, r.Scores)
 			}
@@ -52,7 +50,7 @@ func TestOneFeatureOut(t *testing.T) {
 	mail := m.Classes[1]
 	prev := 1.0
 	for _, sync := range []float64{0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3} {
-		x := centre(mail)
+		x := centre(mail, "")
 		x[SyncWriteShare] = sync
 		r := m.Classify(x, 100, "")
 		s := r.Scores["mail"]

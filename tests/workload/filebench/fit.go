@@ -189,10 +189,6 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 	}
 	obs, variants := fitInputs(res, fio, o)
 	opt := workload.DefaultFit
-	if v := os.Getenv("FSPAIR_FIT_GUEST_SHARE"); v != "" && !o.Write {
-		// An experiment on the evaluation only: -write always fits DefaultFit.
-		fmt.Sscan(v, &opt.GuestShare)
-	}
 	ev, err := workload.LeaveOnePairOut(base, obs, opt)
 	if err != nil {
 		return err
