@@ -139,6 +139,9 @@ type Model struct {
 	// Hysteresis is the bonus the class rule gives the class it chose at
 	// its previous evaluation (Held, and rules/gen's class rule).
 	Hysteresis Bonus `yaml:"hysteresis_bonus"`
+	// Settle is how long a class must be held before anything acts on it
+	// (settle.go).
+	Settle Settle `yaml:"settle"`
 }
 
 // Bonus is a score bonus with where its number came from.
@@ -178,6 +181,9 @@ func (m *Model) Validate() error {
 		return fmt.Errorf("hysteresis_bonus: %w", ErrNoSource)
 	case !(*h.Value >= 0 && *h.Value < 1):
 		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", *h.Value)
+	}
+	if err := m.Settle.validate(); err != nil {
+		return err
 	}
 	for _, r := range []struct {
 		name  string

@@ -349,7 +349,18 @@ func TestThresholdsValidation(t *testing.T) {
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
+		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
+		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
 	}
+	// settle without its source: the block up to the next key, cut to its numbers.
+	block := regexp.MustCompile(`(?s)\nsettle:\n.*?\n\n`).FindString(string(base))
+	if block == "" {
+		t.Fatal("classes.yaml has no settle block")
+	}
+	cases = append(cases, struct {
+		name, old, new string
+		is             error
+	}{"settle without source", block, "\nsettle:\n  windows: 1\n  seconds: 60\n\n", ErrNoSource})
 	for _, c := range cases {
 		body := strings.Replace(string(base), c.old, c.new, 1)
 		if body == string(base) {
