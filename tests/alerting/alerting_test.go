@@ -70,7 +70,10 @@ func TestAlertPath(t *testing.T) {
 	t.Logf("stack up in %v: prometheus %s, alertmanager %s", time.Since(start).Round(time.Millisecond),
 		s.PrometheusURL(), s.AlertmanagerURL())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	// The class settles first (rules/classes.yaml settle: one short window
+	// plus 60 s, 120 s with these rules), then each alert's scaled `for`;
+	// the rest of the path took under a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), 270*time.Second)
 	defer cancel()
 
 	a, err := s.WaitAlert(ctx, "FspairPoorPairing", map[string]string{"domain": "mail-worst"})
