@@ -42,6 +42,17 @@ struct inflight {
 	};
 };
 
+/*
+ * The value of disk_by_inode (disk.h; host.bpf.c reads it too): the disk an
+ * image file is, and the process that runs it, so that one lookup tells a
+ * file-system hook both whether the file is followed and whether the
+ * current thread is the one to follow.
+ */
+struct image_ref {
+	u32 slot; /* disk slot */
+	u32 vmm;  /* the VMM's tgid; 0: unknown, every process but the exporter and kernel threads */
+};
+
 /* Bits of io_task.cause: what the host did for the thread's synchronous call. */
 #define CAUSE_DIRECT 1      /* the call went through iomap direct I/O */
 #define CAUSE_DEVICE_READ 2 /* the call queued a read on the host device */
@@ -109,23 +120,14 @@ struct {
  * and every file takes the next filter. Written by user space into each
  * object (each has its own copy).
  */
-#define SB_FILTER_SLOTS 16
-u64 tracked_sbs[SB_FILTER_SLOTS] = {};
+u64 tracked_sbs[FILTER_SLOTS] = {};
 u32 tracked_sb_count = 0;
 
 static __always_inline bool sb_tracked(u64 sb)
 {
-	u32 n = tracked_sb_count, i;
+	u32 n = tracked_sb_count;
 
-	if (n > SB_FILTER_SLOTS)
-		return true;
-	for (i = 0; i < SB_FILTER_SLOTS; i++) {
-		if (i >= n)
-			break;
-		if (tracked_sbs[i] == sb)
-			return true;
-	}
-	return false;
+	return n > FILTER_SLOTS || filter_has(tracked_sbs, n, sb);
 }
 
 /* Why an event was lost, the `reason` label of fspair_probe_events_dropped_total. */

@@ -13,11 +13,20 @@
  * across Btrfs subvolumes, whose st_dev does not name the super block.
  *
  * Concurrency: the per-disk counters are updated with atomic adds. The seek
- * state (last request end, the ring of the last 16 ends, the flush epoch) is
- * updated without a lock because tracing programs cannot take bpf_spin_lock;
- * two requests on the same disk at the same instant on two CPUs may see each
- * other's half-written state. This only blurs the order of requests that were
- * concurrent in the first place; counts and bytes stay exact.
+ * state (last request end, the ring of the last 16 ends, the submission
+ * sequence) is updated without a lock because tracing programs cannot take
+ * bpf_spin_lock; two requests on the same disk at the same instant on two
+ * CPUs may see each other's half-written state. This only blurs the order of
+ * requests that were concurrent in the first place; counts and bytes stay
+ * exact.
+ *
+ * Cost: what every request pays is kept to its exact counters, which sit in
+ * its operation's 128 bytes of the disk's counters (struct op_counters), one
+ * bucket of its latency and of its size histogram, and the sequential rule
+ * (the previous request's end first, the ring of 16 only when that misses).
+ * What is only shape (seek distances, inter-arrival, outstanding) is counted
+ * for one request in SHAPE_SAMPLE of each disk; the clock is read only for a
+ * request whose latency is kept.
  */
 #ifndef FSPAIR_DISK_H
 #define FSPAIR_DISK_H
@@ -34,6 +43,17 @@
 #define MAX_FORMAT_CLUSTERS 262144
 /* The seek history: the closest of the last 16 requests, as vscsiStats measures it. */
 #define SEEK_HISTORY 16
+/*
+ * The shape histograms (seek distances, inter-arrival, outstanding) count
+ * one request in SHAPE_SAMPLE of each disk, in submission order: a shape
+ * needs a sample, not every request, and each sampled request costs eight
+ * more atomic adds and the full scan of the seek history. Requests, bytes,
+ * latency, size and the sequential/random counts stay per request. User
+ * space may set every request (the probe package's tests do: they check
+ * single requests' buckets).
+ */
+#define SHAPE_SAMPLE 8
+volatile const u32 shape_sample_mask = SHAPE_SAMPLE - 1;
 /* The most iovec entries a vectored call may carry (UIO_MAXIOV). */
 #define MAX_IOV 1024
 
@@ -84,42 +104,56 @@ enum cache_result {
 #define QD_SLOTS 10   /* outstanding requests at issue, le = 2^k, k = 0..8 */
 #define IAT_SLOTS 25  /* inter-arrival time, like latency */
 
-/* The value of disk_stats: every counter and histogram of one disk. */
+/*
+ * The exact counters of one operation on one disk, together: a request adds
+ * to these 128 bytes (two cache lines) and to one bucket of each of its
+ * histograms, not to a dozen places across the disk's counters.
+ */
+struct op_counters {
+	u64 requests;		/* completed without error */
+	u64 bytes;		/* bytes completed (discard/write_zeroes: range length) */
+	u64 latency_sum_ns;
+	u64 size_sum;		/* reads, writes: bytes at submission */
+	u64 sequential;		/* reads, writes */
+	u64 random;
+	u64 errors;		/* completed with an error */
+	u64 dsync;		/* writes: synchronous by O_DSYNC/RWF_DSYNC (enum sync_mode SYNC_DSYNC) */
+	/* Synchronous reads and writes by what the host page cache did, by enum cache_result. */
+	u64 cache_requests[CACHE_SLOTS]; /* reads */
+	u64 cache_bytes[CACHE_SLOTS];	 /* reads, writes */
+};
+
+/*
+ * The value of disk_stats: every counter and histogram of one disk, the
+ * exact per-request counters first (by operation), the shape sample last.
+ * User space reads it into the exposition's view (exporter/probe Counters).
+ */
 struct counters {
-	u64 requests[OP_MAX];		/* completed without error */
-	u64 bytes[OP_MAX];		/* bytes completed (discard/write_zeroes: range length) */
-	u64 errors[OP_MAX];		/* completed with an error */
-	u64 latency_sum_ns[OP_MAX];
+	struct op_counters op[OP_MAX];
+	u64 submissions[IFACE_SLOTS];
+	u64 sync_flush;			/* writes synchronous by flush (enum sync_mode SYNC_FLUSH) */
+	u64 io_uring_punted;		/* io_uring requests handed to io-wq workers */
+	u64 format_requests[2];		/* qcow2 metadata reads, writes */
+	u64 format_bytes[2];
 	u64 latency[OP_MAX][LAT_SLOTS];
 	u64 size[2][SIZE_SLOTS];	/* reads, writes at submission */
-	u64 size_sum[2];
+	/* Shape: one request in SHAPE_SAMPLE (see there). */
 	u64 seek_prev[SEEK_SLOTS];	/* distance from the end of the previous request */
 	u64 seek_near[SEEK_SLOTS];	/* distance from the closest of the last 16 ends */
 	s64 seek_prev_sum;
 	s64 seek_near_sum;
-	u64 sequential[2];		/* reads, writes */
-	u64 random[2];
-	u64 sync_writes[SYNC_MAX];
 	u64 outstanding[QD_SLOTS];
 	u64 outstanding_sum;
 	u64 interarrival[IAT_SLOTS];
 	u64 interarrival_sum_ns;
-	u64 submissions[IFACE_SLOTS];
-	u64 format_requests[2];		/* qcow2 metadata reads, writes */
-	u64 format_bytes[2];
-	u64 io_uring_punted;		/* io_uring requests handed to io-wq workers */
-	/* Synchronous reads and writes by what the host page cache did, by enum cache_result. */
-	u64 cache_reads[CACHE_SLOTS];
-	u64 cache_read_bytes[CACHE_SLOTS];
-	u64 cache_write_bytes[CACHE_SLOTS];
 };
 
 /* The value of disk_seek: submission-order state of one disk. */
 struct seek_state {
 	u64 last_end;
-	u64 last_submit_ns;
+	u64 last_submit_ns; /* of the last timed request (only those read the clock) */
 	u64 recent_end[SEEK_HISTORY];
-	u64 recent_count;
+	u64 submitted;	    /* requests submitted (their sequence: ring index and shape sample) */
 	s64 inflight;
 	u64 writes_since_flush;
 };
@@ -160,12 +194,12 @@ struct registration {
 	u64 sb;	   /* struct super_block *, for the fentry programs' first filter */
 };
 
-/* Image inode (kernel address) -> disk slot. Written by user space. */
+/* Image inode (kernel address) -> its disk slot and VMM. Written by user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_IMAGES);
 	__type(key, u64);
-	__type(value, u32);
+	__type(value, struct image_ref);
 } disk_by_inode SEC(".maps");
 
 /* Disk slot -> counters and histograms; read at scrape. */
@@ -200,7 +234,12 @@ struct {
 	__type(value, u8);
 } format_clusters SEC(".maps");
 
-/* Processes whose requests are followed (VMM tgids); all when track_all_tasks. */
+/*
+ * Processes that run a tracked disk (VMM tgids); all when track_all_tasks.
+ * Read first only by the hooks that see no file before walking the fd
+ * table (the syscall mode's, io_uring's submission); the file-system hooks
+ * find the VMM in disk_by_inode's value, with the disk.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_DISKS);
@@ -326,23 +365,51 @@ volatile const u64 aio_complete_fn = 0;
 volatile const u64 io_uring_complete_fn = 0;
 volatile const u64 io_uring_iopoll_fn = 0;
 
-/* The disk slot of an inode (a BTF pointer), super block first, then the inode. */
-static __always_inline u32 *inode_slot(struct inode *inode)
-{
-	u64 key = (u64)inode;
-
-	if (!sb_tracked((u64)inode->i_sb))
-		return NULL;
-	return bpf_map_lookup_elem(&disk_by_inode, &key);
-}
-
 /* include/linux/sched.h: a kernel thread (kworkers completing direct I/O run file-system calls too). */
 #define PF_KTHREAD 0x00200000
 
 /*
- * Is a request of the current thread the VM's? Never the exporter's own;
- * when every process is followed (a disk without a known VMM), not a
- * kernel thread's either.
+ * Is the current thread the one to follow on this image: its VMM's, or,
+ * for a disk without a known VMM, any process's but the exporter's own and
+ * a kernel thread's.
+ */
+static __always_inline bool vmm_thread(const struct image_ref *img)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct task_struct *task;
+
+	if (img->vmm)
+		return img->vmm == tgid;
+	if (tgid == excluded_tgid)
+		return false;
+	task = bpf_get_current_task_btf();
+	return !(task->flags & PF_KTHREAD);
+}
+
+/*
+ * The image an inode (a BTF pointer) is, when the current thread is to be
+ * followed on it: the super block first (no helper call: most files leave
+ * here), then one lookup, whose value names the disk and its VMM.
+ */
+static __always_inline struct image_ref *followed_image(struct inode *inode)
+{
+	u64 key = (u64)inode;
+	struct image_ref *img;
+
+	if (!sb_tracked((u64)inode->i_sb))
+		return NULL;
+	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	if (!img || !vmm_thread(img))
+		return NULL;
+	return img;
+}
+
+/*
+ * May a request of the current thread be a VM's: is its process one that
+ * runs a tracked disk? The first filter of the hooks that have no file yet
+ * (see vmm_tgids); the image's own VMM is checked once the file is known
+ * (vmm_thread). Never the exporter's own; when every process is followed (a
+ * disk without a known VMM), not a kernel thread's either.
  */
 static __always_inline bool task_followed(u32 tgid)
 {
@@ -373,15 +440,27 @@ static __always_inline struct file *fd_file(u32 fd)
 	return f;
 }
 
-/* The disk slot of a file, or NULL when the file is not a tracked image. */
-static __always_inline u32 *file_slot(struct file *f)
+/*
+ * The image a file (not a BTF pointer: probe reads) is, or NULL when it is
+ * not a tracked image or not this thread's VMM's: the super block first,
+ * then the one lookup.
+ */
+static __always_inline struct image_ref *file_image(struct file *f)
 {
-	u64 inode;
+	struct image_ref *img;
+	struct inode *inode;
+	u64 key;
 
 	if (!f)
 		return NULL;
-	inode = (u64)BPF_CORE_READ(f, f_inode);
-	return bpf_map_lookup_elem(&disk_by_inode, &inode);
+	inode = BPF_CORE_READ(f, f_inode);
+	if (!inode || !sb_tracked((u64)BPF_CORE_READ(inode, i_sb)))
+		return NULL;
+	key = (u64)inode;
+	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	if (!img || !vmm_thread(img))
+		return NULL;
+	return img;
 }
 
 /*
@@ -434,25 +513,44 @@ static __always_inline bool format_metadata(u32 slot, u64 pos)
 }
 
 /*
- * Account a request at submission: shape histograms, sequential/random,
- * synchronous writes, outstanding count and inter-arrival. Fills rec.
- * Returns false if the request is not to be followed further.
+ * The exact counters of an operation: op is bounded where the verifier sees
+ * it (v6.1's loses the bound of a byte loaded through the callers' branches
+ * on it), and past OP_MAX it is refused.
+ */
+static __always_inline struct op_counters *op_of(struct counters *st, u8 op)
+{
+	u32 i = bounded(op, 7);
+
+	return i < OP_MAX ? &st->op[i] : NULL;
+}
+
+/*
+ * Account a request at submission: its size, the sequential rule,
+ * synchronous writes, and for one request in SHAPE_SAMPLE the shape
+ * (seek distances, outstanding, inter-arrival). timed: its latency is kept,
+ * so the clock is read (and the inter-arrival time of a sample is known).
+ * Fills rec. Returns false if the request is not to be followed further.
  */
 static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 pos, u64 len,
-				   u8 iface, bool dsync)
+				   u8 iface, bool dsync, bool timed)
 {
 	struct counters *st;
 	struct seek_state *sk;
-	u64 now = bpf_ktime_get_ns(), prev, best = ~0ULL, end = pos + len, n;
+	struct op_counters *oc;
+	u64 now = 0, prev, best = ~0ULL, end = pos + len, n, seq;
 	s64 d, dbest = 0;
+	bool sampled;
 	u32 i, dir;
 
 	st = bpf_map_lookup_elem(&disk_stats, &slot);
 	sk = bpf_map_lookup_elem(&disk_seek, &slot);
-	if (!st || !sk) {
+	oc = st ? op_of(st, op) : NULL;
+	if (!st || !sk || !oc) {
 		drop(DROP_BAD_SLOT);
 		return false;
 	}
+	if (timed)
+		now = bpf_ktime_get_ns();
 	rec->start_ns = now;
 	rec->len = len;
 	rec->pos = pos;
@@ -460,28 +558,35 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	rec->op = op;
 	rec->format = 0;
 	rec->shadow = 0;
-	rec->timed = 1;
+	rec->timed = timed;
 
 	if ((op == OP_READ || op == OP_WRITE) && format_metadata(slot, pos)) {
 		rec->format = 1;
 		return true;
 	}
 
+	/* The sequence needs no atomic: a race only blurs which request is sampled. */
+	seq = sk->submitted;
+	sk->submitted = seq + 1;
+	sampled = !(seq & shape_sample_mask);
 	inc(&st->submissions[bounded(iface, IFACE_SLOTS - 1)], 1);
 	n = inc(&sk->inflight, 1) + 1;
-	inc(&st->outstanding[pow2_bucket(n, QD_SLOTS)], 1);
-	inc(&st->outstanding_sum, n);
 	prev = sk->last_submit_ns;
-	sk->last_submit_ns = now;
-	if (prev && now > prev) {
-		inc(&st->interarrival[pow2_bucket((now - prev + 999) / 1000, IAT_SLOTS)], 1);
-		inc(&st->interarrival_sum_ns, now - prev);
+	if (timed)
+		sk->last_submit_ns = now;
+	if (sampled) {
+		inc(&st->outstanding[pow2_bucket(n, QD_SLOTS)], 1);
+		inc(&st->outstanding_sum, n);
+		if (timed && prev && now > prev) {
+			inc(&st->interarrival[pow2_bucket((now - prev + 999) / 1000, IAT_SLOTS)], 1);
+			inc(&st->interarrival_sum_ns, now - prev);
+		}
 	}
 
 	if (op == OP_FLUSH) {
 		n = __sync_lock_test_and_set(&sk->writes_since_flush, 0);
 		if (n > 0 && n <= SYNC_EPOCH_MAX)
-			inc(&st->sync_writes[SYNC_FLUSH], n);
+			inc(&st->sync_flush, n);
 		return true;
 	}
 	if (op != OP_READ && op != OP_WRITE)
@@ -489,10 +594,10 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	dir = bounded(op, 1);
 
 	inc(&st->size[dir][pow2_bucket((len + 511) / 512, SIZE_SLOTS)], 1);
-	inc(&st->size_sum[dir], len);
+	inc(&oc->size_sum, len);
 	if (op == OP_WRITE) {
 		if (dsync)
-			inc(&st->sync_writes[SYNC_DSYNC], 1);
+			inc(&oc->dsync, 1);
 		else
 			inc(&sk->writes_since_flush, 1);
 	}
@@ -502,33 +607,45 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	 * of one of the last 16 requests on the disk. Distance 0 is a strict
 	 * continuation; up to one request length absorbs the reordering of
 	 * concurrent workers (request N+1 entering before N). The first request
-	 * on a disk has no history and counts as random.
+	 * on a disk has no history and counts as random. The previous request's
+	 * end is the likeliest and is tried first; the ring is scanned when it
+	 * misses, to the first end within reach, or whole for a sampled request,
+	 * whose distance to the nearest end is counted.
 	 */
-	n = sk->recent_count;
-	for (i = 0; i < SEEK_HISTORY; i++) {
-		if (i >= n)
-			break;
-		d = (s64)(pos - sk->recent_end[i]);
-		if (abs_s64(d) < best) {
-			best = abs_s64(d);
-			dbest = d;
+	if (seq > 0) {
+		d = (s64)(pos - sk->last_end);
+		best = abs_s64(d);
+		dbest = d;
+		if (sampled) {
+			inc(&st->seek_prev[seek_bucket(d)], 1);
+			inc(&st->seek_prev_sum, d);
 		}
 	}
-	if (n > 0) {
-		d = (s64)(pos - sk->last_end);
-		inc(&st->seek_prev[seek_bucket(d)], 1);
-		inc(&st->seek_prev_sum, d);
+	if (seq > 0 && (best > len || sampled)) {
+		n = seq < SEEK_HISTORY ? seq : SEEK_HISTORY;
+		for (i = 0; i < SEEK_HISTORY; i++) {
+			if (i >= n)
+				break;
+			d = (s64)(pos - sk->recent_end[i]);
+			if (abs_s64(d) < best) {
+				best = abs_s64(d);
+				dbest = d;
+			}
+			if (best <= len && !sampled)
+				break;
+		}
+	}
+	if (seq > 0 && sampled) {
 		inc(&st->seek_near[seek_bucket(dbest)], 1);
 		inc(&st->seek_near_sum, dbest);
 	}
-	if (n > 0 && best <= len)
-		inc(&st->sequential[dir], 1);
+	if (seq > 0 && best <= len)
+		inc(&oc->sequential, 1);
 	else
-		inc(&st->random[dir], 1);
+		inc(&oc->random, 1);
 
 	sk->last_end = end;
-	i = inc(&sk->recent_count, 1);
-	sk->recent_end[i & (SEEK_HISTORY - 1)] = end;
+	sk->recent_end[seq & (SEEK_HISTORY - 1)] = end;
 	return true;
 }
 
@@ -536,14 +653,10 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 static __always_inline void complete(struct inflight *rec, s64 ret)
 {
 	u32 slot = rec->slot;
-	/*
-	 * The op indexes the counters' arrays: bounded where the verifier sees
-	 * it (v6.1's loses the bound of a byte loaded through the callers'
-	 * branches on it).
-	 */
-	u32 op = bounded(rec->op, 7);
 	struct counters *st = bpf_map_lookup_elem(&disk_stats, &slot);
 	struct seek_state *sk = bpf_map_lookup_elem(&disk_seek, &slot);
+	struct op_counters *oc;
+	u32 op = bounded(rec->op, 7);
 	u64 lat, bytes;
 
 	if (!st || !sk || op >= OP_MAX)
@@ -555,20 +668,21 @@ static __always_inline void complete(struct inflight *rec, s64 ret)
 		}
 		return;
 	}
+	oc = &st->op[op];
 	inc(&sk->inflight, -1);
 	if (ret < 0) {
-		inc(&st->errors[op], 1);
+		inc(&oc->errors, 1);
 		return;
 	}
 	/* fallocate returns 0: its bytes are the range it covered. */
 	bytes = (op == OP_READ || op == OP_WRITE) ? (u64)ret : (op == OP_FLUSH ? 0 : rec->len);
-	inc(&st->requests[op], 1);
-	inc(&st->bytes[op], bytes);
+	inc(&oc->requests, 1);
+	inc(&oc->bytes, bytes);
 	/* A hook that sees only the submission counts the request, untimed. */
 	if (!rec->timed)
 		return;
 	lat = bpf_ktime_get_ns() - rec->start_ns;
-	inc(&st->latency_sum_ns[op], lat);
+	inc(&oc->latency_sum_ns, lat);
 	inc(&st->latency[op][pow2_bucket((lat + 999) / 1000, LAT_SLOTS)], 1);
 }
 
@@ -670,10 +784,10 @@ static __always_inline void flush_window_close(u32 dev)
 static __always_inline void cache_direct(struct counters *st, u8 op, s64 ret)
 {
 	if (op == OP_READ) {
-		inc(&st->cache_reads[CACHE_DIRECT], 1);
-		inc(&st->cache_read_bytes[CACHE_DIRECT], ret);
+		inc(&st->op[OP_READ].cache_requests[CACHE_DIRECT], 1);
+		inc(&st->op[OP_READ].cache_bytes[CACHE_DIRECT], ret);
 	} else if (op == OP_WRITE) {
-		inc(&st->cache_write_bytes[CACHE_DIRECT], ret);
+		inc(&st->op[OP_WRITE].cache_bytes[CACHE_DIRECT], ret);
 	}
 }
 
@@ -693,14 +807,14 @@ static __always_inline void cache_account(struct io_task *t, s64 ret)
 	}
 	if (t->call.op == OP_READ) {
 		r = (t->cause & CAUSE_DEVICE_READ) ? CACHE_MISS : CACHE_HIT;
-		inc(&st->cache_reads[r], 1);
-		inc(&st->cache_read_bytes[r], ret);
+		inc(&st->op[OP_READ].cache_requests[r], 1);
+		inc(&st->op[OP_READ].cache_bytes[r], ret);
 		return;
 	}
 	/* A partial-page write dirties a whole page: cap at the bytes written. */
 	dirtied = t->dirtied < (u64)ret ? t->dirtied : (u64)ret;
-	inc(&st->cache_write_bytes[CACHE_MISS], dirtied);
-	inc(&st->cache_write_bytes[CACHE_HIT], ret - dirtied);
+	inc(&st->op[OP_WRITE].cache_bytes[CACHE_MISS], dirtied);
+	inc(&st->op[OP_WRITE].cache_bytes[CACHE_HIT], ret - dirtied);
 }
 
 /* A synchronous call ended with ret: count it, unless another program does, and clear it. */
@@ -866,21 +980,21 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	struct inode *inode = f->f_inode;
 	u64 kio = (u64)iocb, id;
 	struct inflight rec = {};
+	struct image_ref *img;
 	struct io_task *t;
 	bool direct, dsync;
-	u32 *slot;
+	u32 slot;
 
-	slot = inode_slot(inode);
-	if (!slot)
+	img = followed_image(inode);
+	if (!img)
 		return;
+	slot = img->slot;
 	id = bpf_get_current_pid_tgid();
-	if (!task_followed(id >> 32))
-		return;
 	direct = f->f_flags & O_DIRECT;
 	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (t && direct)
-		t->dio_owner = *slot + 1;
+		t->dio_owner = slot + 1;
 	if (!iocb->ki_complete) {
 		if (!t) {
 			drop(DROP_INFLIGHT_FULL);
@@ -895,7 +1009,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 			t->call.timed = 0;
 			call_finish(t, t->call.len);
 		}
-		if (!submit(&rec, *slot, op, iocb->ki_pos, len, IFACE_SYSCALL, dsync))
+		if (!submit(&rec, slot, op, iocb->ki_pos, len, IFACE_SYSCALL, dsync, true))
 			return;
 		t->call = rec;
 		t->key = kio;
@@ -918,7 +1032,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 			aio_call_begins(again, kio, t);
 		return;
 	}
-	if (!submit(&rec, *slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync))
+	if (!submit(&rec, slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync, true))
 		return;
 	rec.tgid = id >> 32;
 	if (iomap)
@@ -932,15 +1046,15 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 
 /*
  * A request the hook sees only at submission (tracepoints that fire as the
- * file system starts it): counted as done with its length, untimed.
+ * file system starts it): counted as done with its length, untimed (and so
+ * without a clock read).
  */
 static __always_inline void request_untimed(u32 slot, u8 op, u64 pos, u64 len, u8 iface, bool dsync)
 {
 	struct inflight rec = {};
 
-	if (!submit(&rec, slot, op, pos, len, iface, dsync))
+	if (!submit(&rec, slot, op, pos, len, iface, dsync, false))
 		return;
-	rec.timed = 0;
 	complete(&rec, (op == OP_READ || op == OP_WRITE) ? (s64)len : 0);
 }
 
@@ -956,11 +1070,11 @@ static __always_inline void flush_enter(struct file *f)
 {
 	struct inode *inode = f->f_inode;
 	struct inflight rec = {};
+	struct image_ref *img;
 	struct io_task *t;
-	u32 *slot;
 
-	slot = inode_slot(inode);
-	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+	img = followed_image(inode);
+	if (!img)
 		return;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t) {
@@ -971,10 +1085,10 @@ static __always_inline void flush_enter(struct file *f)
 		return;
 	if (task_iface() == IFACE_IO_URING) {
 		rec.start_ns = bpf_ktime_get_ns();
-		rec.slot = *slot;
+		rec.slot = img->slot;
 		rec.op = OP_FLUSH;
 		rec.shadow = 1;
-	} else if (!submit(&rec, *slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false)) {
+	} else if (!submit(&rec, img->slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false, true)) {
 		return;
 	}
 	if (!rec.format)

@@ -191,12 +191,12 @@ static __always_inline void fallocate_call_enter(struct file *f, u32 mode, u64 o
 {
 	struct inode *inode = f->f_inode;
 	struct inflight rec = {};
-	u32 *slot;
+	struct image_ref *img;
 
-	slot = inode_slot(inode);
-	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+	img = followed_image(inode);
+	if (!img)
 		return;
-	if (submit(&rec, *slot, fallocate_op(mode), offset, len, task_iface(), false))
+	if (submit(&rec, img->slot, fallocate_op(mode), offset, len, task_iface(), false, true))
 		call_park(&rec, (u64)inode, (u64)inode, false);
 }
 

@@ -27,22 +27,20 @@ static __always_inline bool file_direct(struct file *f)
 static __always_inline int call_enter(u32 fd, u8 op, u64 pos, u64 len, bool dsync_call)
 {
 	struct inflight rec = {};
+	struct image_ref *img;
 	struct file *f;
 	u64 inode;
-	u32 *slot;
 	bool dsync;
 
 	if (!task_followed(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	f = fd_file(fd);
-	if (!f)
+	img = file_image(f);
+	if (!img)
 		return 0;
 	inode = (u64)BPF_CORE_READ(f, f_inode);
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (!slot)
-		return 0;
 	dsync = op == OP_WRITE && (dsync_call || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
-	if (!submit(&rec, *slot, op, pos, len, IFACE_SYSCALL, dsync))
+	if (!submit(&rec, img->slot, op, pos, len, IFACE_SYSCALL, dsync, true))
 		return 0;
 	if (op == OP_FLUSH && !rec.format)
 		flush_window_open(&rec, f);
@@ -97,24 +95,22 @@ static __always_inline int vec_enter(struct syscall_enter_ctx *ctx, u8 op, u64 r
 {
 	u64 id = bpf_get_current_pid_tgid();
 	struct inflight rec = {}; /* rec.dev stays 0: only flushes open a flush window */
+	struct image_ref *img;
 	struct file *f;
-	u32 *slot;
 	u64 len, inode;
 	bool dsync;
 
 	if (!task_followed(id >> 32))
 		return 0;
 	f = fd_file(ctx->args[0]);
-	if (!f)
+	img = file_image(f);
+	if (!img)
 		return 0;
 	inode = (u64)BPF_CORE_READ(f, f_inode);
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (!slot)
-		return 0;
 	len = iov_bytes((const struct iovec *)ctx->args[1], ctx->args[2]);
 	dsync = op == OP_WRITE &&
 		((rwf & (RWF_DSYNC | RWF_SYNC)) || (BPF_CORE_READ(f, f_flags) & (O_DSYNC | __O_SYNC)));
-	if (submit(&rec, *slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync))
+	if (submit(&rec, img->slot, op, ctx->args[3], len, IFACE_SYSCALL, dsync, true))
 		call_park(&rec, inode, 0, file_direct(f));
 	return 0;
 }
@@ -251,7 +247,7 @@ static long aio_submit_one(u64 i, void *data)
 	struct aio_key key = { .tgid = w->tgid };
 	struct iocb cb = {};
 	struct inflight rec;
-	u32 *slot;
+	struct image_ref *img;
 	u64 len;
 	u8 op;
 
@@ -270,14 +266,14 @@ static long aio_submit_one(u64 i, void *data)
 	default:
 		return 0;
 	}
-	slot = file_slot(fd_file(cb.aio_fildes));
-	if (!slot)
+	img = file_image(fd_file(cb.aio_fildes));
+	if (!img)
 		return 0;
 	len = cb.aio_nbytes;
 	if (cb.aio_lio_opcode == IOCB_CMD_PREADV || cb.aio_lio_opcode == IOCB_CMD_PWRITEV)
 		len = iov_bytes((const struct iovec *)cb.aio_buf, cb.aio_nbytes);
-	if (!submit(&rec, *slot, op, cb.aio_offset, len, IFACE_LINUX_AIO,
-		    cb.aio_rw_flags & (RWF_DSYNC | RWF_SYNC)))
+	if (!submit(&rec, img->slot, op, cb.aio_offset, len, IFACE_LINUX_AIO,
+		    cb.aio_rw_flags & (RWF_DSYNC | RWF_SYNC), true))
 		return 0;
 	rec.tgid = w->tgid;
 	if (bpf_map_update_elem(&aio_pending, &key, &rec, BPF_ANY))
@@ -396,23 +392,25 @@ int iomap_dio_begin(u64 *ctx)
 	struct kiocb *iocb = (void *)ctx[0];
 	struct task_struct *task = bpf_get_current_task_btf();
 	u64 inode = (u64)iocb->ki_filp->f_inode, id, kio = (u64)iocb;
-	u32 *slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	struct image_ref *img = bpf_map_lookup_elem(&disk_by_inode, &inode);
 	struct aio_key key = {};
 	struct inflight *rec;
 	struct io_task *t;
+	u32 slot;
 
 	id = bpf_get_current_pid_tgid();
-	if (!slot || !task_followed(id >> 32)) {
+	if (!img || !vmm_thread(img)) {
 		/* Clear a mark left from an image, keep untouched tasks free of storage. */
 		t = bpf_task_storage_get(&io_tasks, task, 0, 0);
 		if (t)
 			t->dio_owner = 0;
 		return 0;
 	}
+	slot = img->slot;
 	t = bpf_task_storage_get(&io_tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (t) {
-		t->dio_owner = *slot + 1;
-		if (t->call.start_ns && t->call.slot == *slot)
+		t->dio_owner = slot + 1;
+		if (t->call.start_ns && t->call.slot == slot)
 			t->cause |= CAUSE_DIRECT;
 	}
 

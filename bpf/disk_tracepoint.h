@@ -139,15 +139,15 @@ int dio_rw_queued(u64 *ctx)
 static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter, u8 op)
 {
 	u64 kio = (u64)iocb;
+	struct image_ref *img;
 	struct io_task *t;
-	u32 *slot;
 	bool dsync;
 
 	/* A module's tracepoint arguments may be NULL as the verifier sees them (6.12). */
 	if (!iocb || !iter)
 		return;
-	slot = inode_slot(iocb->ki_filp->f_inode);
-	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+	img = followed_image(iocb->ki_filp->f_inode);
+	if (!img)
 		return;
 	if (iocb->ki_complete && bpf_map_lookup_elem(&inflight_uring, &kio))
 		return;
@@ -164,7 +164,7 @@ static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter
 		return;
 	}
 	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
-	request_untimed(*slot, op, iocb->ki_pos, iter->count,
+	request_untimed(img->slot, op, iocb->ki_pos, iter->count,
 			iocb->ki_complete ? kiocb_iface(iocb) : IFACE_SYSCALL, dsync);
 }
 
@@ -205,13 +205,13 @@ int ext4_sync_exit(u64 *ctx)
  */
 static __always_inline void flush_untimed(struct inode *inode, u32 file_flags)
 {
-	u32 *slot = inode_slot(inode);
+	struct image_ref *img = followed_image(inode);
 
-	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+	if (!img)
 		return;
 	if (task_iface() == IFACE_IO_URING || (file_flags & (O_DSYNC | __O_SYNC)))
 		return;
-	request_untimed(*slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false);
+	request_untimed(img->slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false);
 }
 
 /* xfs_file_fsync(ip): the XFS inode only; no file flags to look at. */
@@ -239,11 +239,11 @@ int btrfs_sync(u64 *ctx)
 /* ext4_punch_hole, ext4_zero_range, ext4_fallocate_enter: (inode, offset, len, mode). */
 static __always_inline void fallocate_untimed(u64 *ctx, u8 op)
 {
-	u32 *slot = inode_slot((struct inode *)ctx[0]);
+	struct image_ref *img = followed_image((struct inode *)ctx[0]);
 
-	if (!slot || !task_followed(bpf_get_current_pid_tgid() >> 32))
+	if (!img)
 		return;
-	request_untimed(*slot, op, ctx[1], ctx[2], task_iface(), false);
+	request_untimed(img->slot, op, ctx[1], ctx[2], task_iface(), false);
 }
 
 SEC("tp_btf/ext4_punch_hole")

@@ -50,4 +50,26 @@ static __always_inline u32 pow2_bucket(u64 v, u32 slots)
 	return k < slots - 1 ? k : slots - 1;
 }
 
+/*
+ * The first filters of the programs that run for every file, bio or
+ * request of the host: short lists of the followed super blocks and
+ * devices, which user space writes into globals, so that the common case
+ * (not followed) leaves after a few comparisons, before any helper call.
+ */
+#define FILTER_SLOTS 16
+
+/* Is v among the first n values of list? n past FILTER_SLOTS: unknown, the list is off. */
+static __always_inline bool filter_has(const u64 *list, u32 n, u64 v)
+{
+	u32 i;
+
+	for (i = 0; i < FILTER_SLOTS; i++) {
+		if (i >= n)
+			break;
+		if (list[i] == v)
+			return true;
+	}
+	return false;
+}
+
 #endif /* FSPAIR_H */

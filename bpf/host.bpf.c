@@ -117,12 +117,12 @@ struct rq_issue {
 	u64 issue_ns;
 };
 
-/* Image inode -> disk slot: disk.bpf.c's map, shared at load. */
+/* Image inode -> disk slot and VMM: disk.bpf.c's map, shared at load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_IMAGES);
 	__type(key, u64);
-	__type(value, u32);
+	__type(value, struct image_ref);
 } disk_by_inode SEC(".maps");
 
 /* Block device (kernel dev_t, major << 20 | minor) -> device slot. Written by user space. */
@@ -187,6 +187,25 @@ volatile const u64 iomap_dio_end_io_fn = 0;
 volatile const u64 bio_chain_end_io_fn = 0;
 
 /*
+ * The block programs run for every bio and request of the host, most of
+ * them on devices no image lives on: they leave after comparing the device
+ * (dev_t) with this short list of the followed ones, before any map lookup,
+ * task storage or other helper call. With more devices than slots the list
+ * is off and host_devices decides. Written by user space.
+ */
+u64 followed_devs[FILTER_SLOTS] = {};
+u32 followed_dev_count = 0;
+
+static __always_inline bool dev_followed(u32 dev)
+{
+	u32 n = followed_dev_count;
+
+	if (n > FILTER_SLOTS)
+		return bpf_map_lookup_elem(&host_devices, &dev) != NULL;
+	return filter_has(followed_devs, n, dev);
+}
+
+/*
  * The programs below are tp_btf: their arguments are typed kernel pointers,
  * so fields are read with plain (fault-safe) loads, not probe-read calls.
  */
@@ -198,6 +217,8 @@ static __always_inline u32 *device_slot(struct block_device *bdev)
 	if (!bdev)
 		return NULL;
 	dev = bdev->bd_dev;
+	if (!dev_followed(dev))
+		return NULL;
 	return bpf_map_lookup_elem(&host_devices, &dev);
 }
 
@@ -241,9 +262,9 @@ static __always_inline struct page *head_page(struct page *page)
 
 static __always_inline u32 page_kind(struct page *page, u32 *owner)
 {
+	struct image_ref *img;
 	struct inode *host;
 	u64 mapping = 0, inode;
-	u32 *slot;
 
 	page = head_page(page);
 	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
@@ -252,9 +273,9 @@ static __always_inline u32 page_kind(struct page *page, u32 *owner)
 	/* The head page is an address, not a pointer the verifier knows: probe reads. */
 	host = BPF_CORE_READ((struct address_space *)mapping, host);
 	inode = (u64)host;
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (slot) {
-		*owner = *slot + 1;
+	img = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	if (img) {
+		*owner = img->slot + 1;
 		return KIND_DATA;
 	}
 	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || BPF_CORE_READ(host, i_ino) == BTRFS_BTREE_INODE)
@@ -365,14 +386,21 @@ SEC("tp_btf/block_bio_queue")
 int host_bio_queue(u64 *ctx)
 {
 	struct bio *bio = (void *)ctx[0];
-	struct io_task *t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	u32 opf = bio->bi_opf;
+	struct io_task *t;
 	u64 key;
 
+	/*
+	 * Only bios on followed devices, before the task storage: every bio
+	 * of the host passes here, and a VMM thread also reads its own
+	 * binaries. A journal's commit for a flush is on the image's device.
+	 */
+	if (!bio->bi_bdev || !dev_followed(bio->bi_bdev->bd_dev))
+		return 0;
+	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	if (!t || !t->call.start_ns)
 		journal_bio(bio, opf);
-	/* Only bios on followed devices: a VMM thread also reads its own binaries. */
-	if (!t || !(t->call.start_ns || t->dio_owner) || !device_slot(bio->bi_bdev))
+	if (!t || !(t->call.start_ns || t->dio_owner))
 		return 0;
 	if (t->call.start_ns)
 		call_bio(t, bio, opf);
@@ -407,8 +435,11 @@ int host_bio_split(u64 *ctx)
 {
 	struct bio *split = (void *)ctx[0];
 	u64 parent = (u64)split->bi_private, key = (u64)split;
-	u32 *owner = bpf_map_lookup_elem(&bio_owner, &parent);
+	u32 *owner;
 
+	if (!split->bi_bdev || !dev_followed(split->bi_bdev->bd_dev))
+		return 0;
+	owner = bpf_map_lookup_elem(&bio_owner, &parent);
 	if (owner)
 		bpf_map_update_elem(&bio_owner, &key, owner, BPF_ANY);
 	return 0;
@@ -439,9 +470,10 @@ int host_rq_issue(u64 *ctx)
  */
 static __always_inline u32 dio_bio_owner(struct bio *bio)
 {
+	struct image_ref *img;
 	struct iomap_dio *dio;
 	u64 end_io, key;
-	u32 *slot, i;
+	u32 i;
 
 	/* bi_private is a void pointer: the walk reads through probe reads. */
 	for (i = 0; i < 3; i++) {
@@ -460,8 +492,8 @@ static __always_inline u32 dio_bio_owner(struct bio *bio)
 	if (!dio)
 		return 0;
 	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
-	slot = bpf_map_lookup_elem(&disk_by_inode, &key);
-	return slot ? *slot + 1 : 0;
+	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	return img ? img->slot + 1 : 0;
 }
 
 /*
@@ -751,17 +783,19 @@ int host_btrfs_ordered(u64 *ctx)
 	struct btrfs_inode *bi = (void *)ctx[0];
 	struct btrfs_ordered_extent *oe = (void *)ctx[1];
 	struct image_device_counters *ic;
+	struct image_ref *img;
 	u64 flags, len, inode;
-	u32 *slot;
+	u32 slot;
 
 	/* v6.12's verifier refuses arithmetic on a trusted pointer that may be NULL. */
 	if (!bi || !oe)
 		return 0;
 	inode = (u64)&bi->vfs_inode;
-	slot = bpf_map_lookup_elem(&disk_by_inode, &inode);
-	if (!slot)
+	img = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	if (!img)
 		return 0;
-	ic = bpf_map_lookup_elem(&image_device_stats, slot);
+	slot = img->slot;
+	ic = bpf_map_lookup_elem(&image_device_stats, &slot);
 	if (!ic)
 		return 0;
 	flags = BPF_CORE_READ(oe, flags);

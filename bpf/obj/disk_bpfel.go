@@ -28,31 +28,22 @@ type DiskAioKey struct {
 
 type DiskCounters struct {
 	_                 structs.HostLayout
-	Requests          [6]uint64
-	Bytes             [6]uint64
-	Errors            [6]uint64
-	LatencySumNs      [6]uint64
+	Op                [6]DiskOpCounters
+	Submissions       [4]uint64
+	SyncFlush         uint64
+	IoUringPunted     uint64
+	FormatRequests    [2]uint64
+	FormatBytes       [2]uint64
 	Latency           [6][25]uint64
 	Size              [2][16]uint64
-	SizeSum           [2]uint64
 	SeekPrev          [29]uint64
 	SeekNear          [29]uint64
 	SeekPrevSum       int64
 	SeekNearSum       int64
-	Sequential        [2]uint64
-	Random            [2]uint64
-	SyncWrites        [2]uint64
 	Outstanding       [10]uint64
 	OutstandingSum    uint64
 	Interarrival      [25]uint64
 	InterarrivalSumNs uint64
-	Submissions       [4]uint64
-	FormatRequests    [2]uint64
-	FormatBytes       [2]uint64
-	IoUringPunted     uint64
-	CacheReads        [4]uint64
-	CacheReadBytes    [4]uint64
-	CacheWriteBytes   [4]uint64
 }
 
 type DiskFlushWindow struct {
@@ -73,6 +64,12 @@ type DiskImageConfig struct {
 	_           structs.HostLayout
 	Flags       uint32
 	ClusterBits uint32
+}
+
+type DiskImageRef struct {
+	_    structs.HostLayout
+	Slot uint32
+	Vmm  uint32
 }
 
 type DiskInflight struct {
@@ -101,6 +98,20 @@ type DiskIoTask struct {
 	AioKio   uint64
 }
 
+type DiskOpCounters struct {
+	_             structs.HostLayout
+	Requests      uint64
+	Bytes         uint64
+	LatencySumNs  uint64
+	SizeSum       uint64
+	Sequential    uint64
+	Random        uint64
+	Errors        uint64
+	Dsync         uint64
+	CacheRequests [4]uint64
+	CacheBytes    [4]uint64
+}
+
 type DiskRegistration struct {
 	_     structs.HostLayout
 	Inode uint64
@@ -112,7 +123,7 @@ type DiskSeekState struct {
 	LastEnd          uint64
 	LastSubmitNs     uint64
 	RecentEnd        [16]uint64
-	RecentCount      uint64
+	Submitted        uint64
 	Inflight         int64
 	WritesSinceFlush uint64
 }
@@ -213,6 +224,7 @@ const (
 	DiskVarIocbDsync             = "iocb_dsync"
 	DiskVarIocbNowait            = "iocb_nowait"
 	DiskVarSelfTgid              = "self_tgid"
+	DiskVarShapeSampleMask       = "shape_sample_mask"
 	DiskVarTrackAllTasks         = "track_all_tasks"
 	DiskVarTrackedSbCount        = "tracked_sb_count"
 	DiskVarTrackedSbs            = "tracked_sbs"
@@ -364,6 +376,7 @@ type DiskVariableSpecs struct {
 	IocbDsync             *ebpf.VariableSpec `ebpf:"iocb_dsync"`
 	IocbNowait            *ebpf.VariableSpec `ebpf:"iocb_nowait"`
 	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
+	ShapeSampleMask       *ebpf.VariableSpec `ebpf:"shape_sample_mask"`
 	TrackAllTasks         *ebpf.VariableSpec `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.VariableSpec `ebpf:"tracked_sbs"`
@@ -438,6 +451,7 @@ type DiskVariables struct {
 	IocbDsync             *ebpf.Variable `ebpf:"iocb_dsync"`
 	IocbNowait            *ebpf.Variable `ebpf:"iocb_nowait"`
 	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
+	ShapeSampleMask       *ebpf.Variable `ebpf:"shape_sample_mask"`
 	TrackAllTasks         *ebpf.Variable `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.Variable `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.Variable `ebpf:"tracked_sbs"`

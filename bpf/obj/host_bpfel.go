@@ -58,6 +58,12 @@ type HostImageDeviceCounters struct {
 	FlushJournalBytes  uint64
 }
 
+type HostImageRef struct {
+	_    structs.HostLayout
+	Slot uint32
+	Vmm  uint32
+}
+
 type HostIoTask struct {
 	_    structs.HostLayout
 	Call struct {
@@ -112,6 +118,8 @@ const (
 	HostProgHostRqIssue      = "host_rq_issue"
 	HostProgHostXfsLogWrite  = "host_xfs_log_write"
 	HostVarBioChainEndIoFn   = "bio_chain_end_io_fn"
+	HostVarFollowedDevCount  = "followed_dev_count"
+	HostVarFollowedDevs      = "followed_devs"
 	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
 	HostVarTrackedSbCount    = "tracked_sb_count"
 	HostVarTrackedSbs        = "tracked_sbs"
@@ -190,10 +198,12 @@ type HostMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type HostVariableSpecs struct {
-	BioChainEndIoFn *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
-	IomapDioEndIoFn *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
-	TrackedSbCount  *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
-	TrackedSbs      *ebpf.VariableSpec `ebpf:"tracked_sbs"`
+	BioChainEndIoFn  *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
+	FollowedDevCount *ebpf.VariableSpec `ebpf:"followed_dev_count"`
+	FollowedDevs     *ebpf.VariableSpec `ebpf:"followed_devs"`
+	IomapDioEndIoFn  *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
+	TrackedSbCount   *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
+	TrackedSbs       *ebpf.VariableSpec `ebpf:"tracked_sbs"`
 }
 
 // HostObjects contains all objects after they have been loaded into the kernel.
@@ -247,10 +257,12 @@ func (m *HostMaps) Close() error {
 //
 // It can be passed to LoadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HostVariables struct {
-	BioChainEndIoFn *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
-	IomapDioEndIoFn *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
-	TrackedSbCount  *ebpf.Variable `ebpf:"tracked_sb_count"`
-	TrackedSbs      *ebpf.Variable `ebpf:"tracked_sbs"`
+	BioChainEndIoFn  *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
+	FollowedDevCount *ebpf.Variable `ebpf:"followed_dev_count"`
+	FollowedDevs     *ebpf.Variable `ebpf:"followed_devs"`
+	IomapDioEndIoFn  *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
+	TrackedSbCount   *ebpf.Variable `ebpf:"tracked_sb_count"`
+	TrackedSbs       *ebpf.Variable `ebpf:"tracked_sbs"`
 }
 
 // HostPrograms contains all programs after they have been loaded into the kernel.

@@ -196,8 +196,8 @@ def _identity() -> list[PanelBuilder]:
             "Classifier confidence",
             "Best class score minus the runner-up, times the share of the settle time the class has been held "
             "(domain_disk:fspair_workload_class:confidence): near 0, two classes fit almost equally well, or the class was "
-            "chosen moments ago and is still settling. rules/README.md (Held-out validation) has how often a settled class "
-            "was right on lab runs per band of this value.",
+            "chosen moments ago and is still settling; 0 when mixed scores highest (no class fits). rules/README.md "
+            "(Held-out validation) has how often a settled class was right on lab runs per band of this value.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
             width=4,
@@ -499,7 +499,7 @@ def _workload() -> list[PanelBuilder]:
         timeseries_panel(
             "Requests in flight at issue",
             "Mean number of the disk's requests outstanding on the image file when one is issued, itself included "
-            "(fspair_disk_outstanding_requests): the queue depth QEMU keeps.",
+            "(fspair_disk_outstanding_requests, a sample of one request in 8): the queue depth QEMU keeps.",
             "short",
             [
                 Query(
@@ -550,7 +550,8 @@ def _sizes_and_seeks() -> list[PanelBuilder]:
         heatmap_panel(
             "Seek distance from the previous request",
             "Signed distance in bytes from the end of the previous request to the start of this one "
-            '(fspair_disk_seek_distance_bytes{reference="previous"}); 0 is a sequential stream.',
+            '(fspair_disk_seek_distance_bytes{reference="previous"}); 0 is a sequential stream. '
+            "A sample of one request in 8: the counts are about an eighth of the requests.",
             "bytes",
             Query(buckets("fspair_disk_seek_distance_bytes", 'reference="previous"')),
             width=12,
@@ -558,7 +559,8 @@ def _sizes_and_seeks() -> list[PanelBuilder]:
         heatmap_panel(
             "Seek distance from the nearest of the last 16 requests",
             'Signed distance from the nearest end of the last 16 requests (fspair_disk_seek_distance_bytes{reference="nearest16"}): '
-            "the reference of the random/sequential split, which sees interleaved sequential streams as sequential.",
+            "the reference of the random/sequential split, which sees interleaved sequential streams as sequential. "
+            "A sample of one request in 8: the counts are about an eighth of the requests (the split itself counts every one).",
             "bytes",
             Query(buckets("fspair_disk_seek_distance_bytes", 'reference="nearest16"')),
             width=12,

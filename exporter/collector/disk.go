@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/inventory"
 	"github.com/fspair/fspair/exporter/probe"
 )
@@ -45,7 +44,8 @@ var (
 		"Size of read and write requests on the image file, at submission.", "op")
 	diskSeek = diskDesc("seek_distance_bytes",
 		"Signed distance from a request's start to the end of an earlier request on the disk, in submission order: "+
-			"reference=previous is the request just before, reference=nearest16 the closest of the last 16.", "reference")
+			"reference=previous is the request just before, reference=nearest16 the closest of the last 16. "+
+			"A sample: one request in 8 of each disk.", "reference")
 	diskSequential = diskDesc("sequential_requests_total",
 		"Reads and writes that start within their own length of the end of one of the last 16 requests.", "op")
 	diskRandom = diskDesc("random_requests_total",
@@ -54,9 +54,9 @@ var (
 		"Writes that had to be durable on completion: mode=dsync by O_DSYNC/RWF_DSYNC, "+
 			"mode=flush by a flush covering at most 4 writes (write+fsync patterns).", "mode")
 	diskOutstanding = diskDesc("outstanding_requests",
-		"Requests in flight on the disk when a request is issued, counting itself.")
+		"Requests in flight on the disk when a request is issued, counting itself. A sample: one request in 8 of each disk.")
 	diskInterarrival = diskDesc("interarrival_seconds",
-		"Time between consecutive request submissions on the disk.")
+		"Time between consecutive submissions of timed requests on the disk. A sample: one request in 8 of each disk.")
 	diskSubmissions = diskDesc("submissions_total",
 		"Requests submitted, by the interface the VMM used: syscall (aio=threads), linux_aio (aio=native), io_uring.", "interface")
 	diskFormatRequests = diskDesc("format_metadata_requests_total",
@@ -272,7 +272,7 @@ func histogram(desc *prometheus.Desc, sh shape, slots []uint64, sum float64, lab
 
 // CounterReader reads a disk slot's kernel counters.
 type CounterReader interface {
-	Counters(slot uint32) (bpf.DiskCounters, error)
+	Counters(slot uint32) (probe.Counters, error)
 }
 
 // CoverageReader says which request paths of a disk the probes do not
@@ -344,7 +344,7 @@ func with(k []string, v ...string) []string {
 	return append(append(make([]string, 0, len(k)+len(v)), k...), v...)
 }
 
-func emitCounters(ch chan<- prometheus.Metric, k []string, s *bpf.DiskCounters) error {
+func emitCounters(ch chan<- prometheus.Metric, k []string, s *probe.Counters) error {
 	counter := func(d *prometheus.Desc, v uint64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), with(k, extra...)...)
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/discovery"
 	"github.com/fspair/fspair/exporter/hostfs"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -23,13 +23,13 @@ type fakeDisks []inventory.Disk
 
 func (f fakeDisks) Disks() []inventory.Disk { return f }
 
-type fakeCounters map[uint32]bpf.DiskCounters
+type fakeCounters map[uint32]probe.Counters
 
-func (f fakeCounters) Counters(slot uint32) (bpf.DiskCounters, error) { return f[slot], nil }
+func (f fakeCounters) Counters(slot uint32) (probe.Counters, error) { return f[slot], nil }
 
 // goldenCounters are the counters of slot 7 in the golden fixture.
-func goldenCounters() bpf.DiskCounters {
-	var c bpf.DiskCounters
+func goldenCounters() probe.Counters {
+	var c probe.Counters
 	c.Requests = [6]uint64{100, 50, 5, 1, 2, 0}
 	c.Bytes = [6]uint64{409600, 3276800, 0, 1 << 20, 131072, 0}
 	c.Errors[1] = 1
@@ -118,7 +118,7 @@ func TestDiskExposition(t *testing.T) {
 }
 
 func TestSeekBoundsMatchSlots(t *testing.T) {
-	var c bpf.DiskCounters
+	var c probe.Counters
 	if len(seekBounds)+1 != len(c.SeekPrev) || len(latencyBounds)+1 != len(c.Latency[0]) ||
 		len(sizeBounds)+1 != len(c.Size[0]) || len(outstandingBounds)+1 != len(c.Outstanding) ||
 		len(interarrivalBounds)+1 != len(c.Interarrival) {

@@ -101,7 +101,7 @@ type diskRow struct {
 	labels lbl  // domain, uuid, target_device, source_file
 	disk   bool // c holds the disk's counters
 	host   bool // h holds its host-side counters
-	c      bpf.DiskCounters
+	c      probe.Counters
 	h      bpf.HostImageDeviceCounters
 
 	// Scalars of c and h as one-element arrays, for the vector writers.

@@ -48,7 +48,7 @@ func (f *fakeInventory) Devices() []inventory.Device { return f.devices }
 
 // fakeKernel holds the counters of each slot; a slot in fail cannot be read.
 type fakeKernel struct {
-	disk  map[uint32]bpf.DiskCounters
+	disk  map[uint32]probe.Counters
 	image map[uint32]bpf.HostImageDeviceCounters
 	dev   map[uint32]bpf.HostDeviceCounters
 	fail  map[uint32]bool
@@ -56,9 +56,9 @@ type fakeKernel struct {
 
 var errFakeRead = errors.New("fake map read failure")
 
-func (k *fakeKernel) Counters(slot uint32) (bpf.DiskCounters, error) {
+func (k *fakeKernel) Counters(slot uint32) (probe.Counters, error) {
 	if k.fail[slot] {
-		return bpf.DiskCounters{}, errFakeRead
+		return probe.Counters{}, errFakeRead
 	}
 	return k.disk[slot], nil
 }
@@ -149,7 +149,7 @@ func randomLabel(rng *rand.Rand) string {
 // with random counters and label values.
 func randomFleet(rng *rand.Rand, n int) (*fakeInventory, *fakeKernel) {
 	inv := &fakeInventory{}
-	k := &fakeKernel{disk: map[uint32]bpf.DiskCounters{}, image: map[uint32]bpf.HostImageDeviceCounters{},
+	k := &fakeKernel{disk: map[uint32]probe.Counters{}, image: map[uint32]bpf.HostImageDeviceCounters{},
 		dev: map[uint32]bpf.HostDeviceCounters{}, fail: map[uint32]bool{}}
 	mounts := []hostfs.Mount{
 		{FSType: "btrfs", MountPoint: "/var/lib/libvirt/images", Device: "/dev/sdb1"},
@@ -189,7 +189,7 @@ func randomFleet(rng *rand.Rand, n int) (*fakeInventory, *fakeKernel) {
 			d.VirtualSize = rng.Int64N(1 << 42)
 		}
 		inv.disks = append(inv.disks, d)
-		var c bpf.DiskCounters
+		var c probe.Counters
 		fillRandom(rng, reflect.ValueOf(&c).Elem())
 		var h bpf.HostImageDeviceCounters
 		fillRandom(rng, reflect.ValueOf(&h).Elem())
@@ -202,7 +202,7 @@ func randomFleet(rng *rand.Rand, n int) (*fakeInventory, *fakeKernel) {
 
 // emptySome empties about a third of a disk's histograms, as operations
 // a disk never issued leave them.
-func emptySome(rng *rand.Rand, c *bpf.DiskCounters, h *bpf.HostImageDeviceCounters) {
+func emptySome(rng *rand.Rand, c *probe.Counters, h *bpf.HostImageDeviceCounters) {
 	empty := func() bool { return rng.IntN(3) == 0 }
 	for i := range c.Latency {
 		if empty() {
@@ -557,7 +557,7 @@ func head(s string, n int) string {
 // configuration (qcow2, aio=native, cache=none) does not expect.
 func TestDirectGolden(t *testing.T) {
 	inv := &fakeInventory{disks: goldenDisks}
-	k := &fakeKernel{disk: map[uint32]bpf.DiskCounters{7: goldenCounters()}}
+	k := &fakeKernel{disk: map[uint32]probe.Counters{7: goldenCounters()}}
 	var b bytes.Buffer
 	w := newTextWriter(&b)
 	var s snapshot
@@ -617,13 +617,13 @@ func TestDirectGolden(t *testing.T) {
 func TestCountedNeverLeftOut(t *testing.T) {
 	d := goldenDisks[0]
 	d.ImageFormat, d.AIO, d.Cache = "raw", "threads", "none"
-	var c bpf.DiskCounters
+	var c probe.Counters
 	c.Requests[slices.Index(opNames, "read")] = 10
 	c.FormatRequests[slices.Index(dirNames, "read")] = 3
 	c.Submissions[slices.Index(ifaceNames, "linux_aio")] = 4
 	c.CacheReads[slices.Index(cacheReadResults, "hit")] = 2
 	inv := &fakeInventory{disks: []inventory.Disk{d}}
-	k := &fakeKernel{disk: map[uint32]bpf.DiskCounters{d.Slot: c}}
+	k := &fakeKernel{disk: map[uint32]probe.Counters{d.Slot: c}}
 
 	for format, fams := range map[string]map[string]*dto.MetricFamily{
 		"text":     parseText(t, directText(t, inv, k)),
@@ -905,7 +905,7 @@ func TestAcceptsGzip(t *testing.T) {
 func benchFleet(n int) (*fakeInventory, *fakeKernel) {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	inv := &fakeInventory{devices: []inventory.Device{{Name: "/dev/vda1", FSType: "ext4", MountPoint: "/", Disks: n}}}
-	k := &fakeKernel{disk: map[uint32]bpf.DiskCounters{}, image: map[uint32]bpf.HostImageDeviceCounters{},
+	k := &fakeKernel{disk: map[uint32]probe.Counters{}, image: map[uint32]bpf.HostImageDeviceCounters{},
 		dev: map[uint32]bpf.HostDeviceCounters{}}
 	var dc bpf.HostDeviceCounters
 	fillRandom(rng, reflect.ValueOf(&dc).Elem())
@@ -920,7 +920,7 @@ func benchFleet(n int) (*fakeInventory, *fakeKernel) {
 			Tracked: true, Slot: uint32(i),
 		}
 		inv.disks = append(inv.disks, d)
-		var c bpf.DiskCounters
+		var c probe.Counters
 		fillRandom(rng, reflect.ValueOf(&c).Elem())
 		var h bpf.HostImageDeviceCounters
 		fillRandom(rng, reflect.ValueOf(&h).Elem())

@@ -18,9 +18,9 @@ import (
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 
-	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/discovery"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 	"github.com/fspair/fspair/tests/alerting"
 )
 
@@ -31,9 +31,9 @@ import (
 // scraped.
 type growingKernel struct{ n atomic.Uint64 }
 
-func (g *growingKernel) Counters(uint32) (bpf.DiskCounters, error) {
+func (g *growingKernel) Counters(uint32) (probe.Counters, error) {
 	n := g.n.Add(1)
-	var c bpf.DiskCounters
+	var c probe.Counters
 	c.Requests[0] = 10 * n
 	// Reads: 3 of 1 us or less, 5 in (512 us, 1.024 ms], 2 above 8.4 s.
 	c.Latency[0][0], c.Latency[0][10], c.Latency[0][24] = 3*n, 5*n, 2*n

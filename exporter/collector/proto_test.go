@@ -20,8 +20,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 // acceptProm3Native is the Accept header of Prometheus 3 with
@@ -543,7 +543,7 @@ func TestSeriesPerDisk(t *testing.T) {
 			slots[i] = 1
 		}
 	}
-	typical := func(d *inventory.Disk, c *bpf.DiskCounters) {
+	typical := func(d *inventory.Disk, c *probe.Counters) {
 		d.ImageFormat, d.AIO, d.Cache = "raw", "native", "none"
 		for _, op := range []string{"read", "write", "flush"} {
 			j := slices.Index(opNames, op)
@@ -568,7 +568,7 @@ func TestSeriesPerDisk(t *testing.T) {
 		direct := slices.Index(cacheReadResults, "direct")
 		c.CacheReads[direct], c.CacheReadBytes[direct], c.CacheWriteBytes[direct] = 1, 1, 1
 	}
-	worst := func(d *inventory.Disk, c *bpf.DiskCounters) {
+	worst := func(d *inventory.Disk, c *probe.Counters) {
 		d.ImageFormat, d.AIO, d.Cache = "qcow2", "", ""
 		ones(reflect.ValueOf(c).Elem())
 		c.Bytes[slices.Index(opNames, "flush")] = 0 // the kernel counts none
@@ -613,12 +613,12 @@ func TestSeriesPerDisk(t *testing.T) {
 // scrape (classic) and a protobuf scrape in native mode. set gives the
 // disk its configuration and counters, from zero; the host-side counters
 // are random but for the host-side histograms, all observed.
-func seriesPerDisk(t *testing.T, set func(d *inventory.Disk, c *bpf.DiskCounters)) (classic, native map[string]int) {
+func seriesPerDisk(t *testing.T, set func(d *inventory.Disk, c *probe.Counters)) (classic, native map[string]int) {
 	inv, k := randomFleet(rand.New(rand.NewPCG(1, 1)), 1)
 	d := &inv.disks[0]
 	d.Tracked, d.VirtualSize, d.HostFS.FSType = true, 1<<30, "ext4"
 	d.Layout.Extents = 1
-	var c bpf.DiskCounters
+	var c probe.Counters
 	set(d, &c)
 	k.disk[d.Slot] = c
 	h := k.image[d.Slot]

@@ -71,6 +71,7 @@ type Prober interface {
 	Untrack(inode uint64, slot uint32) error
 	SetFormatClusters(slot uint32, old, clusters []uint64) error
 	SetProcesses(tgids []uint32, all bool) error
+	SetVMM(slot, tgid uint32) error
 	MaxDisks() int
 	TrackDevice(dev, slot uint32) error
 	UntrackDevice(dev uint32) error
@@ -124,6 +125,7 @@ type entry struct {
 	id        fileID
 	file      *os.File
 	inode     uint64
+	vmm       uint32 // the VMM process the probes follow on the image (SetVMM), 0: any
 	clusters  []uint64
 	identAt   time.Time
 	lastError error
@@ -674,9 +676,10 @@ func (inv *Inventory) remove(id fileID, e *entry) {
 	inv.log.Info("disk gone", "domain", e.Domain, "target", e.TargetDevice, "file", e.SourceFile)
 }
 
-// followProcesses tells the probes which VMM processes to follow: all
-// processes when a tracked disk has no known VMM (a static config entry
-// without pid).
+// followProcesses tells the probes which VMM process to follow on each
+// image, and which processes run images at all: all processes when a
+// tracked disk has no known VMM (a static config entry without pid), and on
+// that disk any process but the exporter and kernel threads.
 func (inv *Inventory) followProcesses() {
 	var tgids []uint32
 	all := false
@@ -685,6 +688,13 @@ func (inv *Inventory) followProcesses() {
 			tgids = append(tgids, uint32(e.PID))
 		} else {
 			all = true
+		}
+		if vmm := uint32(max(e.PID, 0)); e.Tracked && vmm != e.vmm {
+			if err := inv.prober.SetVMM(e.Slot, vmm); err != nil {
+				inv.log.Warn("follow the VMM of a disk", "file", e.SourceFile, "pid", e.PID, "err", err)
+				continue
+			}
+			e.vmm = vmm
 		}
 	}
 	slices.Sort(tgids)

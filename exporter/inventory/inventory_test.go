@@ -21,11 +21,12 @@ type fakeProber struct {
 	inodes   map[uint64]uint32
 	clusters map[uint32]map[uint64]bool // by slot
 	configs  map[uint32]probe.ImageConfig
+	vmms     map[uint32]uint32 // by slot
 }
 
 func newFakeProber() *fakeProber {
 	return &fakeProber{inodes: map[uint64]uint32{}, clusters: map[uint32]map[uint64]bool{},
-		configs: map[uint32]probe.ImageConfig{}}
+		configs: map[uint32]probe.ImageConfig{}, vmms: map[uint32]uint32{}}
 }
 
 func (p *fakeProber) Inode(f *os.File) (uint64, error) {
@@ -36,9 +37,16 @@ func (p *fakeProber) Inode(f *os.File) (uint64, error) {
 	return st.Ino, nil
 }
 
+// Track behaves as probe.Probes': the image is followed for any process until SetVMM.
 func (p *fakeProber) Track(inode uint64, slot uint32, cfg probe.ImageConfig) error {
 	p.inodes[inode] = slot
 	p.configs[slot] = cfg
+	p.vmms[slot] = 0
+	return nil
+}
+
+func (p *fakeProber) SetVMM(slot, tgid uint32) error {
+	p.vmms[slot] = tgid
 	return nil
 }
 
@@ -302,6 +310,46 @@ func TestRemoveDropsFormatClusters(t *testing.T) {
 	}
 	if n := len(p.clusters[slot]); n != 0 {
 		t.Errorf("%d metadata clusters of the gone disk left in slot %d", n, slot)
+	}
+}
+
+// TestVMMFollowed: each tracked image is followed for its own VMM process,
+// named again when the disk's process changes (a VM restarted on the same
+// image), and for any process when the disk has no known VMM.
+func TestVMMFollowed(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img")
+	for _, f := range []string{a, b} {
+		if err := os.WriteFile(f, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newFakeProber()
+	disc := &fakeDiscoverer{disks: []discovery.Disk{
+		{Domain: "vm1", SourceFile: a, Source: discovery.SourceStatic, Format: "raw", PID: 4242},
+		{Domain: "vm2", SourceFile: b, Source: discovery.SourceStatic, Format: "raw"},
+	}}
+	inv := New(p, disc, Options{})
+	ctx := context.Background()
+	vmmOf := func() map[string]uint32 {
+		out := map[string]uint32{}
+		for _, d := range inv.Disks() {
+			out[d.Domain] = p.vmms[d.Slot]
+		}
+		return out
+	}
+	if err := inv.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := vmmOf(); got["vm1"] != 4242 || got["vm2"] != 0 {
+		t.Errorf("VMMs after the first round: %v, want vm1 4242, vm2 0 (any process)", got)
+	}
+	disc.disks[0].PID = 4343
+	if err := inv.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := vmmOf(); got["vm1"] != 4343 {
+		t.Errorf("VMM of vm1 after its process changed: %d, want 4343", got["vm1"])
 	}
 }
 

@@ -102,7 +102,7 @@ func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
 }
 
 // trackFile opens path and tracks it as slot, for this process only.
-func trackFile(t *testing.T, p *Probes, path string, slot uint32) *os.File {
+func trackFile(t testing.TB, p *Probes, path string, slot uint32) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -114,6 +114,9 @@ func trackFile(t *testing.T, p *Probes, path string, slot uint32) *os.File {
 		t.Fatal(err)
 	}
 	if err := p.Track(ino, slot, ImageConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetVMM(slot, uint32(os.Getpid())); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetProcesses([]uint32{uint32(os.Getpid())}, false); err != nil {

@@ -45,18 +45,32 @@ func sysBlockStat(t *testing.T, dev string) (rd, wr uint64) {
 func TestHostDeviceAttribution(t *testing.T) {
 	forModes(t, func(t *testing.T, m Mode) {
 		for _, fs := range hookFS {
-			t.Run(fs, func(t *testing.T) { hostDeviceAttribution(t, m, fs) })
+			t.Run(fs, func(t *testing.T) { hostDeviceAttribution(t, m, fs, 0) })
 		}
 	})
 }
 
-func hostDeviceAttribution(t *testing.T, m Mode, fs string) {
+// TestHostDeviceFilterFull: with more followed devices than the block
+// programs' first filter holds (FILTER_SLOTS), the filter is off and the
+// device map decides: the attribution is the same.
+func TestHostDeviceFilterFull(t *testing.T) {
+	forModes(t, func(t *testing.T, m Mode) { hostDeviceAttribution(t, m, "ext4", filterSlots) })
+}
+
+// hostDeviceAttribution checks the attribution on a loop-backed fs, with
+// others more devices followed beside it (device numbers no device has).
+func hostDeviceAttribution(t *testing.T, m Mode, fs string, others int) {
 	loop, mnt := testFS(t, fs)
 	dev := kernelDev(t, loop)
 
 	p := load(t, m)
 	img := filepath.Join(mnt, "disk.img")
 	f := trackFile(t, p, img, 2)
+	for i := range others {
+		if err := p.TrackDevice(uint32(4000+i)<<20, uint32(1+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := p.TrackDevice(dev, 0); err != nil {
 		t.Fatal(err)
 	}

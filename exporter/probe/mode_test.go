@@ -69,12 +69,13 @@ func forModes(t *testing.T, f func(t *testing.T, m Mode)) {
 	}
 }
 
-// load loads the probes in mode m, following this process's requests.
-// Programs whose hook this kernel lacks are logged (TestProgramsAttach
-// checks that nothing else fails).
+// load loads the probes in mode m, following this process's requests, with
+// every request in the shape histograms (TestShapeSampled checks the
+// sample). Programs whose hook this kernel lacks are logged
+// (TestProgramsAttach checks that nothing else fails).
 func load(t *testing.T, m Mode, deny ...string) *Probes {
 	t.Helper()
-	p, err := Load(Options{Mode: m, Deny: deny, followSelf: true})
+	p, err := Load(Options{Mode: m, Deny: deny, followSelf: true, shapeAll: true})
 	if err != nil {
 		t.Fatalf("load probes in mode %s (this test needs root and BPF): %v", m, err)
 	}

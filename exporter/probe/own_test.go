@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,10 @@ func TestOwnRequestsNotCounted(t *testing.T) {
 		if err := f.Truncate(16 << 20); err != nil {
 			t.Fatal(err)
 		}
+		// A disk without a known VMM: every process but the loading one.
+		if err := p.SetVMM(3, 0); err != nil {
+			t.Fatal(err)
+		}
 		if err := p.SetProcesses(nil, true); err != nil {
 			t.Fatal(err)
 		}
@@ -111,6 +116,85 @@ func TestOwnRequestsNotCounted(t *testing.T) {
 		}
 		if followed == 0 {
 			t.Skipf("mode %s follows neither cache=writeback nor cache=none reads and writes on %s here (Unfollowed says so)", m, fsOf(t, f.Name()))
+		}
+	})
+}
+
+// TestOtherProcessNotFollowed: an image whose VMM is known is followed for
+// that process only: another process's requests on the same file are not
+// counted, even while every process runs some disk (the first filter of the
+// syscall mode lets them all through; the file-system hooks find the VMM
+// with the disk, in one lookup).
+func TestOtherProcessNotFollowed(t *testing.T) {
+	forModes(t, func(t *testing.T, m Mode) {
+		p, f := tracked(t, m) // the image's VMM: this process
+		if err := p.SetProcesses(nil, true); err != nil {
+			t.Fatal(err)
+		}
+		cache := cacheFor(t, p, f.Name())
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := counters(t, p)
+		cmd := exec.Command(self, "-test.run=^TestOwnIOChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), ownIOEnv+"="+f.Name(), ownIOCacheEnv+"="+cache)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("child: %v: %s", err, out)
+		}
+		after := counters(t, p)
+		for op := range after.Requests {
+			if after.Requests[op] != before.Requests[op] || after.Bytes[op] != before.Bytes[op] {
+				t.Errorf("cache=%s: another process's requests counted: op %d requests %d -> %d", cache, op,
+					before.Requests[op], after.Requests[op])
+			}
+		}
+		// This process's own requests on it still count.
+		fd := openAs(t, f.Name(), cache)
+		if err := ownIO(fd, alignedBuf(t, 4096), 0, ownIOCount); err != nil {
+			t.Fatal(err)
+		}
+		own := counters(t, p)
+		if got := own.Requests[opRead] - after.Requests[opRead]; got != ownIOCount {
+			t.Errorf("cache=%s: the VMM's own %d reads counted %d times", cache, ownIOCount, got)
+		}
+	})
+}
+
+// TestIOURingCounted: io_uring reads and writes (fio's io_uring engine, as
+// QEMU's aio=io_uring submits them with plain fds) are counted exactly with
+// their bytes, found at submission through the file's super block and the
+// one lookup that names the disk and its VMM.
+func TestIOURingCounted(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Fatal("fio is needed (make test-deps installs it)")
+	}
+	forModes(t, func(t *testing.T, m Mode) {
+		p, f := tracked(t, m)
+		// fio is another process: a disk without a known VMM follows it.
+		if err := p.SetVMM(3, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetProcesses(nil, true); err != nil {
+			t.Fatal(err)
+		}
+		before := counters(t, p)
+		const n = 64
+		for _, rw := range []string{"randwrite", "randread"} {
+			cmd := exec.Command("fio", "--name=uring", "--filename="+f.Name(), "--ioengine=io_uring", "--direct=1",
+				"--rw="+rw, "--bs=4k", "--size=16m", "--io_size="+strconv.Itoa(n*4096), "--iodepth=4", "--randrepeat=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("fio %s: %v: %s", rw, err, out)
+			}
+		}
+		c := counters(t, p)
+		for op := range 2 {
+			if got, bytes := c.Requests[op]-before.Requests[op], c.Bytes[op]-before.Bytes[op]; got != n || bytes != n*4096 {
+				t.Errorf("io_uring %s: %d requests, %d bytes counted, want %d, %d", Ops[op], got, bytes, n, n*4096)
+			}
+		}
+		if got := c.Submissions[2] - before.Submissions[2]; got != 2*n {
+			t.Errorf("io_uring submissions: %d, want %d", got, 2*n)
 		}
 	})
 }

@@ -56,6 +56,10 @@ type Options struct {
 	// followSelf counts this process's own requests like a VM's. Only the
 	// package's tests set it: they play the VM from the loading process.
 	followSelf bool
+	// shapeAll counts every request in the shape histograms instead of
+	// a sample (SHAPE_SAMPLE in bpf/disk.h). Only the package's tests set
+	// it: they check the buckets of single requests.
+	shapeAll bool
 }
 
 // Program is one BPF program and whether it runs.
@@ -102,25 +106,47 @@ type Probes struct {
 	regMu sync.Mutex // one registration at a time: they share the registrations map
 	reg   *link.Iter // the registration iterator
 
-	mu     sync.Mutex        // programs' state and the super block filter
+	mu     sync.Mutex        // programs' state and the super block and device filters
 	sbOf   map[uint64]uint64 // registered inode -> its super block
 	sbRefs map[uint64]int    // super block -> tracked images on it
 	inodes map[uint64]uint64 // tracked inode -> its super block (for Untrack)
+	slots  map[uint32]uint64 // tracked slot -> its inode (for SetVMM)
+	devs   map[uint64]bool   // followed block devices (dev_t), the block programs' first filter
 
 	// readMu guards the buffers the counter reads copy the kernel's
 	// values into, kept from one read to the next (see lookupInto).
 	readMu    sync.Mutex
 	diskBuf   bpf.DiskCounters
+	counters  Counters
 	imageBuf  bpf.HostImageDeviceCounters
 	deviceBuf bpf.HostDeviceCounters
 }
 
 type ioCloser interface{ Close() error }
 
-// sbFilterSlots is SB_FILTER_SLOTS in bpf/call.h: super blocks the
-// file-system hooks and host_dirty_folio compare a file's with before any
+// filterSlots is FILTER_SLOTS in bpf/fspair.h: the super blocks the
+// file-system hooks and host_dirty_folio compare a file's with, and the
+// devices the block programs compare a bio's or request's with, before any
 // map lookup.
-const sbFilterSlots = 16
+const filterSlots = 16
+
+// setFilter writes the keys of set into a first filter of the programs
+// (list and its count): with more than fit, the count says so and the
+// filter is off.
+func setFilter[V any](list, count *ebpf.Variable, set map[uint64]V) error {
+	var vals [filterSlots]uint64
+	n := 0
+	for v := range set {
+		if n < len(vals) {
+			vals[n] = v
+		}
+		n++
+	}
+	if err := list.Set(vals); err != nil {
+		return err
+	}
+	return count.Set(uint32(n))
+}
 
 // Load creates the maps and loads and attaches every program of the mode it
 // can. It fails when the maps cannot be created, or when fentry mode was
@@ -164,6 +190,11 @@ func Load(opts Options) (*Probes, error) {
 	if err := setConstants(&specs, kernel, syms, opts.followSelf); err != nil {
 		return nil, err
 	}
+	if opts.shapeAll {
+		if err := specs.ShapeSampleMask.Set(uint32(0)); err != nil {
+			return nil, fmt.Errorf("set shape_sample_mask: %w", err)
+		}
+	}
 
 	hostSpec, err := bpf.LoadHost()
 	if err != nil {
@@ -191,6 +222,7 @@ func Load(opts Options) (*Probes, error) {
 	p := &Probes{
 		maxDisks: maxDisks, requested: opts.Mode, kernel: kernel, deny: opts.Deny, logger: opts.Logger,
 		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
+		slots: map[uint32]uint64{}, devs: map[uint64]bool{},
 	}
 	// Each object gets its own maps, but for the ones named in shared,
 	// which the later objects take from the first.
@@ -721,7 +753,8 @@ type ImageConfig struct {
 }
 
 // Track starts following the image with the given inode (from Inode) as
-// disk slot. The slot's counters are zeroed first.
+// disk slot, for every process but the exporter and kernel threads until
+// SetVMM names the one that runs it. The slot's counters are zeroed first.
 func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 	if int(slot) >= p.maxDisks {
 		return fmt.Errorf("track slot %d: beyond %d slots", slot, p.maxDisks)
@@ -746,8 +779,26 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 			return err
 		}
 	}
-	if err := p.objs.DiskByInode.Put(inode, slot); err != nil {
+	if err := p.objs.DiskByInode.Put(inode, bpf.DiskImageRef{Slot: slot}); err != nil {
 		return fmt.Errorf("track slot %d: %w", slot, err)
+	}
+	p.slots[slot] = inode
+	return nil
+}
+
+// SetVMM names the process (tgid) that runs the disk in slot: only its
+// threads' requests on the image are followed. 0 follows every process
+// but the exporter and kernel threads (a disk without a known VMM). The
+// file-system hooks find it with the disk, in the one lookup they make.
+func (p *Probes) SetVMM(slot, tgid uint32) error {
+	p.mu.Lock()
+	inode, ok := p.slots[slot]
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("set the VMM of slot %d: not tracked", slot)
+	}
+	if err := p.objs.DiskByInode.Put(inode, bpf.DiskImageRef{Slot: slot, Vmm: tgid}); err != nil {
+		return fmt.Errorf("set the VMM of slot %d: %w", slot, err)
 	}
 	return nil
 }
@@ -756,21 +807,10 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 // super blocks that hold tracked images, their first filter (each object
 // has its own copy); with more than fit, the filter is off.
 func (p *Probes) writeSuperBlocks() error {
-	var sbs [sbFilterSlots]uint64
-	n := 0
-	for sb := range p.sbRefs {
-		if n < len(sbs) {
-			sbs[n] = sb
-		}
-		n++
-	}
 	for _, v := range []struct{ sbs, count *ebpf.Variable }{
 		{p.vars.TrackedSbs, p.vars.TrackedSbCount}, {p.hostVars.TrackedSbs, p.hostVars.TrackedSbCount},
 	} {
-		if err := v.sbs.Set(sbs); err != nil {
-			return fmt.Errorf("set the super block filter: %w", err)
-		}
-		if err := v.count.Set(uint32(n)); err != nil {
+		if err := setFilter(v.sbs, v.count, p.sbRefs); err != nil {
 			return fmt.Errorf("set the super block filter: %w", err)
 		}
 	}
@@ -798,6 +838,9 @@ func (p *Probes) Untrack(inode uint64, slot uint32) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.slots[slot] == inode {
+		delete(p.slots, slot)
+	}
 	if sb, ok := p.inodes[inode]; ok {
 		delete(p.inodes, inode)
 		if p.sbRefs[sb]--; p.sbRefs[sb] <= 0 {
@@ -852,8 +895,11 @@ func (p *Probes) SetFormatClusters(slot uint32, old, clusters []uint64) error {
 	return nil
 }
 
-// SetProcesses replaces the set of followed VMM processes. With all set,
-// every process is followed (a tracked disk without a known VMM).
+// SetProcesses replaces the set of processes that run tracked disks, the
+// first filter of the hooks that see no file before walking the fd table
+// (the syscall mode, io_uring's submission); each image's own VMM is
+// SetVMM's. With all set, every process passes it (a tracked disk without a
+// known VMM).
 func (p *Probes) SetProcesses(tgids []uint32, all bool) error {
 	want := make(map[uint32]bool, len(tgids))
 	for _, t := range tgids {
@@ -895,13 +941,14 @@ func (p *Probes) SetProcesses(tgids []uint32, all bool) error {
 }
 
 // Counters reads one disk's counters.
-func (p *Probes) Counters(slot uint32) (bpf.DiskCounters, error) {
+func (p *Probes) Counters(slot uint32) (Counters, error) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
 	if err := lookupInto(p.objs.DiskStats, slot, &p.diskBuf); err != nil {
-		return bpf.DiskCounters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
+		return Counters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
 	}
-	return p.diskBuf, nil
+	p.counters.from(&p.diskBuf)
+	return p.counters, nil
 }
 
 // lookupInto copies the value at key of m straight into *dst, which lives
@@ -972,6 +1019,18 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	if err := p.host.HostDevices.Put(dev, slot); err != nil {
 		return fmt.Errorf("follow device %d:%d: %w", dev>>20, dev&0xfffff, err)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.devs[uint64(dev)] = true
+	return p.writeDevices()
+}
+
+// writeDevices gives the block programs the followed devices, their first
+// filter; with more than fit, the filter is off and host_devices decides.
+func (p *Probes) writeDevices() error {
+	if err := setFilter(p.hostVars.FollowedDevs, p.hostVars.FollowedDevCount, p.devs); err != nil {
+		return fmt.Errorf("set the device filter: %w", err)
+	}
 	return nil
 }
 
@@ -1002,7 +1061,10 @@ func (p *Probes) UntrackDevice(dev uint32) error {
 	if err := p.objs.FlushWindows.Delete(dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("drop flush window of device %d:%d: %w", dev>>20, dev&0xfffff, err)
 	}
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.devs, uint64(dev))
+	return p.writeDevices()
 }
 
 // MaxDevices is the number of host device slots.

@@ -39,7 +39,7 @@ func tracked(t *testing.T, m Mode) (*Probes, *os.File) {
 	return p, f
 }
 
-func counters(t *testing.T, p *Probes) bpf.DiskCounters {
+func counters(t *testing.T, p *Probes) Counters {
 	t.Helper()
 	c, err := p.Counters(3)
 	if err != nil {
@@ -581,4 +581,47 @@ func TestLookupIntoChecksSize(t *testing.T) {
 	if err := lookupInto(p.host.DeviceStats, 0, &d); err != nil {
 		t.Errorf("device counters: %v", err)
 	}
+}
+
+// TestShapeSampled: loaded as the exporter loads them, the shape histograms
+// (seek distances, outstanding, inter-arrival) count one request in
+// SHAPE_SAMPLE (8) of a disk, in submission order, while requests, bytes
+// and the sequential rule count every one.
+func TestShapeSampled(t *testing.T) {
+	forModes(t, func(t *testing.T, m Mode) {
+		p, err := Load(Options{Mode: m, followSelf: true})
+		if err != nil {
+			t.Fatalf("load probes in mode %s: %v", m, err)
+		}
+		t.Cleanup(func() { p.Close() })
+		f := trackFile(t, p, filepath.Join(t.TempDir(), "disk.img"), 3)
+		if err := f.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		fd := openAs(t, f.Name(), cacheFor(t, p, f.Name()))
+		buf := alignedBuf(t, 4096)
+		const n = 800
+		for i := 0; i < n; i++ {
+			if _, err := unix.Pread(fd, buf, int64(i)*4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := counters(t, p)
+		if c.Requests[opRead] != n || c.Bytes[opRead] != n*4096 {
+			t.Errorf("reads: %d requests, %d bytes; want %d, %d", c.Requests[opRead], c.Bytes[opRead], n, n*4096)
+		}
+		if c.Sequential[opRead] != n-1 || c.Random[opRead] != 1 {
+			t.Errorf("sequential rule: %d sequential, %d random; want %d, 1", c.Sequential[opRead], c.Random[opRead], n-1)
+		}
+		// Requests 0, 8, ... 792 are the sample; the first has no previous request.
+		if got := sum(c.Outstanding[:]); got != n/8 {
+			t.Errorf("outstanding histogram counts %d requests, want %d (1 in 8)", got, n/8)
+		}
+		if got, want := sum(c.SeekPrev[:]), uint64(n/8-1); got != want || c.SeekPrev[14] != want || sum(c.SeekNear[:]) != want {
+			t.Errorf("seek histograms count %d (le=0: %d) and %d requests, want %d", got, c.SeekPrev[14], sum(c.SeekNear[:]), want)
+		}
+		if got := sum(c.Interarrival[:]); got != n/8-1 {
+			t.Errorf("inter-arrival histogram counts %d requests, want %d", got, n/8-1)
+		}
+	})
 }

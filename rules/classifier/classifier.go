@@ -55,14 +55,37 @@ const (
 	// or covered by a flush of at most 4 writes); 0 on a disk without
 	// writes (nothing was made durable).
 	SyncWriteShare = "sync_write_share"
+	// FlushesPerWriteLog2 is log2(flushes / writes) on the image file,
+	// clamped to [-FlushClamp, FlushClampHigh]: a disk that writes without
+	// flushing sits at -FlushClamp. 0 on a disk without writes or flushes.
+	FlushesPerWriteLog2 = "flushes_per_write_log2"
+	// WriteSizeLog2 is log2 of the mean write request in bytes; undefined on
+	// a disk without writes.
+	WriteSizeLog2 = "write_size_log2"
 )
 
 // FeatureNames lists the features a model may use.
-var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare}
+var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare, FlushesPerWriteLog2, WriteSizeLog2}
+
+// sizeFeatures are the mean request sizes: undefined without requests of
+// their kind, counted then as the end of the far ramp (MissingTerm).
+var sizeFeatures = map[string]bool{ReadSizeLog2: true, WriteSizeLog2: true}
 
 // RatioClamp bounds ReadWriteLog2: 2^10 reads per write is read-only for
 // every class.
 const RatioClamp = 10
+
+// FlushClamp and FlushClampHigh bound FlushesPerWriteLog2: one flush per
+// 4,096 writes is a disk that does not flush, and 16 flushes per write is a
+// disk that flushes without writing.
+const (
+	FlushClamp     = 12
+	FlushClampHigh = 4
+)
+
+// GuestFileSystems are the guest file systems a class may have boxes of
+// their own for (fspair_disk_info's guest_fs).
+var GuestFileSystems = []string{"ext4", "xfs", "btrfs"}
 
 // ErrNoSource is returned for a number that does not say where it came from.
 var ErrNoSource = errors.New("threshold has no source")
@@ -119,12 +142,33 @@ type Feature struct {
 }
 
 // Class is one workload class: per feature, the range [lo, hi] its training
-// models were measured at. A feature the class has no range for does not
-// count in its distance.
+// runs were measured at. A feature the class has no range for does not
+// count in its distance. GuestFS holds, per guest file system, ranges that
+// replace Box's on a disk with that guest file system: the features whose
+// meaning the guest file system changes (how it batches durable writes
+// into its journal or log, and the size it writes in).
 type Class struct {
-	Name   string                `yaml:"name"`
-	Box    map[string][2]float64 `yaml:"box"`
-	Source string                `yaml:"source"`
+	Name    string                           `yaml:"name"`
+	Box     map[string][2]float64            `yaml:"box"`
+	GuestFS map[string]map[string][2]float64 `yaml:"guest_fs,omitempty"`
+	Source  string                           `yaml:"source"`
+}
+
+// BoxFor returns c's ranges on a disk whose guest file system is guestFS
+// ("" or one without boxes of its own: Box).
+func (c Class) BoxFor(guestFS string) map[string][2]float64 {
+	over := c.GuestFS[guestFS]
+	if len(over) == 0 {
+		return c.Box
+	}
+	out := make(map[string][2]float64, len(c.Box))
+	for f, b := range c.Box {
+		out[f] = b
+		if o, ok := over[f]; ok {
+			out[f] = o
+		}
+	}
+	return out
 }
 
 // Model is the classifier of rules/classes.yaml.
@@ -142,6 +186,17 @@ type Model struct {
 	// Settle is how long a class must be held before anything acts on it
 	// (settle.go).
 	Settle Settle `yaml:"settle"`
+	// Temperature divides the squared distances in the softmax: above 1,
+	// classes at close distances share the score more evenly. Unset: 1.
+	Temperature *Bonus `yaml:"temperature,omitempty"`
+}
+
+// T returns the softmax's temperature (1 when the model sets none).
+func (m *Model) T() float64 {
+	if m.Temperature == nil || m.Temperature.Value == nil {
+		return 1
+	}
+	return *m.Temperature.Value
 }
 
 // Bonus is a score bonus with where its number came from.
@@ -184,6 +239,14 @@ func (m *Model) Validate() error {
 	}
 	if err := m.Settle.validate(); err != nil {
 		return err
+	}
+	if t := m.Temperature; t != nil {
+		switch {
+		case t.Value == nil || !(*t.Value > 0):
+			return errors.New("temperature: want a value above 0")
+		case strings.TrimSpace(t.Source) == "":
+			return fmt.Errorf("temperature: %w", ErrNoSource)
+		}
 	}
 	for _, r := range []struct {
 		name  string
@@ -234,6 +297,19 @@ func (m *Model) Validate() error {
 				return fmt.Errorf("workload %s: box %s %v: want lo <= hi", c.Name, f, b)
 			}
 		}
+		for g, over := range c.GuestFS {
+			if !contains(GuestFileSystems, g) {
+				return fmt.Errorf("workload %s: guest_fs %q: want one of %s", c.Name, g, strings.Join(GuestFileSystems, ", "))
+			}
+			for f, b := range over {
+				if _, ok := c.Box[f]; !ok {
+					return fmt.Errorf("workload %s: guest_fs %s: range on feature %q, which its box has none on", c.Name, g, f)
+				}
+				if !(b[0] <= b[1]) {
+					return fmt.Errorf("workload %s: guest_fs %s: %s %v: want lo <= hi", c.Name, g, f, b)
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -274,21 +350,23 @@ func Term(v float64, b [2]float64, s float64) float64 {
 	return d * d
 }
 
-// Distance returns the distance of the point x from class c, in units; NaN
-// when x lacks a feature other than the mean read size (a disk without reads
-// or writes), as the rules have no distance series then.
-func (m *Model) Distance(c Class, x map[string]float64) float64 {
+// Distance returns the distance of the point x of a disk whose guest file
+// system is guestFS ("" when unknown) from class c, in units; NaN when x
+// lacks a feature other than a mean request size (a disk without reads or
+// writes), as the rules have no distance series then.
+func (m *Model) Distance(c Class, x map[string]float64, guestFS string) float64 {
+	box := c.BoxFor(guestFS)
 	sum := 0.0
 	for _, f := range m.BoxFeatures(c) {
 		v, ok := x[f]
-		if !ok && f == ReadSizeLog2 {
+		if !ok && sizeFeatures[f] {
 			sum += m.MissingTerm()
 			continue
 		}
 		if !ok {
 			return math.NaN()
 		}
-		sum += Term(v, c.Box[f], m.Scale(f))
+		sum += Term(v, box[f], m.Scale(f))
 	}
 	return math.Sqrt(sum)
 }
@@ -298,17 +376,19 @@ type Result struct {
 	Distances map[string]float64 // per workload class, in units
 	Scores    map[string]float64 // per class, workloads, idle and mixed
 	Class     string             // the highest score (ties: the first in Workloads, then idle, mixed)
-	// Confidence is the best score minus the runner-up.
+	// Confidence is the best score minus the runner-up; 0 when the best
+	// is mixed, which names no class.
 	Confidence float64
 }
 
 // Classify scores the point x of a disk doing iops reads and writes per
-// second, as the recording rules do at one evaluation (without their
-// hysteresis, which needs the previous evaluation).
-func (m *Model) Classify(x map[string]float64, iops float64) Result {
+// second whose guest file system is guestFS ("" when unknown), as the
+// recording rules do at one evaluation (without their hysteresis, which
+// needs the previous evaluation).
+func (m *Model) Classify(x map[string]float64, iops float64, guestFS string) Result {
 	dist := map[string]float64{}
 	for _, c := range m.Classes {
-		dist[c.Name] = m.Distance(c, x)
+		dist[c.Name] = m.Distance(c, x, guestFS)
 	}
 	return m.Score(dist, iops)
 }
@@ -324,14 +404,14 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	for _, c := range m.Classes {
 		minD = math.Min(minD, dist[c.Name])
 	}
-	sum := 0.0
+	sum, t := 0.0, m.T()
 	for _, d := range r.Distances {
-		sum += math.Exp(-(d*d - minD*minD))
+		sum += math.Exp(-(d*d - minD*minD) / t)
 	}
 	best := 0.0
 	for _, c := range m.Classes {
 		d := r.Distances[c.Name]
-		s := math.Exp(-(d*d - minD*minD)) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
+		s := math.Exp(-(d*d-minD*minD)/t) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
 		if math.IsNaN(s) {
 			s = 0 // no distances: the rules score 0
 		}
@@ -348,6 +428,9 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	}
 	sort.Sort(sort.Reverse(sort.Float64Slice(vals)))
 	r.Confidence = vals[0] - vals[1]
+	if r.Class == Mixed {
+		r.Confidence = 0 // mixed names no class: nothing to be confident of
+	}
 	return r
 }
 
@@ -371,24 +454,36 @@ func (m *Model) Held(scores map[string]float64, prev string) string {
 	return best
 }
 
-// Inputs returns the model's features of a window from the image-file
-// side's request counts: reads and writes completed, the bytes read, and the
-// writes that had to be durable. A feature that the window cannot show is
-// left out.
-func Inputs(reads, writes, readBytes, syncWrites float64) map[string]float64 {
+// Counts are the image-file side's requests over a window (any unit: per
+// second or totals, the same for all): reads and writes completed, their
+// bytes, the writes that had to be durable, and the flushes.
+type Counts struct {
+	Reads, Writes, ReadBytes, WriteBytes, SyncWrites, Flushes float64
+}
+
+// Inputs returns the model's features of a window. A feature that the
+// window cannot show is left out.
+func Inputs(n Counts) map[string]float64 {
 	x := map[string]float64{}
-	if reads+writes > 0 {
-		x[ReadWriteLog2] = math.Max(-RatioClamp, math.Min(RatioClamp, math.Log2(reads/writes)))
+	if n.Reads+n.Writes > 0 {
+		x[ReadWriteLog2] = clamp(math.Log2(n.Reads/n.Writes), -RatioClamp, RatioClamp)
 	}
-	if reads > 0 {
-		x[ReadSizeLog2] = math.Log2(readBytes / reads)
+	if n.Reads > 0 {
+		x[ReadSizeLog2] = math.Log2(n.ReadBytes / n.Reads)
 	}
 	x[SyncWriteShare] = 0
-	if writes > 0 {
-		x[SyncWriteShare] = syncWrites / writes
+	x[FlushesPerWriteLog2] = 0
+	if n.Writes > 0 {
+		x[SyncWriteShare] = n.SyncWrites / n.Writes
+		x[FlushesPerWriteLog2] = clamp(math.Log2(n.Flushes/n.Writes), -FlushClamp, FlushClampHigh)
+		x[WriteSizeLog2] = math.Log2(n.WriteBytes / n.Writes)
+	} else if n.Flushes > 0 {
+		x[FlushesPerWriteLog2] = FlushClampHigh
 	}
 	return x
 }
+
+func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
 func contains(list []string, s string) bool {
 	for _, v := range list {
@@ -397,4 +492,14 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Class returns the workload class named name.
+func (m *Model) Class(name string) (Class, bool) {
+	for _, c := range m.Classes {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Class{}, false
 }

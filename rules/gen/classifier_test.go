@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -23,6 +24,12 @@ var modelTests = map[string]string{
 	"round(domain_disk:fspair_workload_feature:value, 0.001)":   "feature",
 }
 
+// updateWorkload rewrites the expected samples of modelTests (and the
+// confidence) in rules/tests/workload.yml from the classifier package, for
+// a model that changed; promtool then checks the rules against them. The
+// classes the test expects stay as written.
+var updateWorkload = flag.Bool("update-workload", false, "rewrite rules/tests/workload.yml's expected features, distances, scores and confidences from rules/classifier")
+
 var (
 	seriesRE = regexp.MustCompile(`^([a-z_]+)\{(.*)\}$`)
 	labelRE  = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
@@ -32,8 +39,9 @@ var (
 // steadyDisks reads the input series of rules/tests/workload.yml and returns,
 // per domain, the per-interval increment of the counters the classifier
 // reads, from the first segment of each series (what a 5m window sees at
-// 10m): requests by op, bytes read and durable writes.
-func steadyDisks(t *testing.T) map[string]map[string]float64 {
+// 10m): requests by op, bytes by op and durable writes; and per domain its
+// guest file system (fspair_disk_info's guest_fs).
+func steadyDisks(t *testing.T) (map[string]map[string]float64, map[string]string) {
 	t.Helper()
 	var f struct {
 		Tests []struct {
@@ -45,6 +53,7 @@ func steadyDisks(t *testing.T) map[string]map[string]float64 {
 	}
 	loadYAML(t, "../tests/workload.yml", &f)
 	disks := map[string]map[string]float64{}
+	guestFS := map[string]string{}
 	for _, s := range f.Tests[0].InputSeries {
 		m := seriesRE.FindStringSubmatch(s.Series)
 		if m == nil {
@@ -65,6 +74,8 @@ func steadyDisks(t *testing.T) map[string]map[string]float64 {
 			disks[labels["domain"]] = d
 		}
 		switch m[1] {
+		case "fspair_disk_info":
+			guestFS[labels["domain"]] = labels["guest_fs"]
 		case "fspair_disk_requests_total":
 			d[labels["op"]] = inc
 		case "fspair_disk_bytes_total":
@@ -73,7 +84,7 @@ func steadyDisks(t *testing.T) map[string]map[string]float64 {
 			d["sync"] += inc
 		}
 	}
-	return disks
+	return disks, guestFS
 }
 
 // TestClassifierMatchesRules checks that rules/classifier computes the scores
@@ -100,7 +111,7 @@ func TestClassifierMatchesRules(t *testing.T) {
 		} `yaml:"tests"`
 	}
 	loadYAML(t, "../tests/workload.yml", &f)
-	disks := steadyDisks(t)
+	disks, guestFS := steadyDisks(t)
 	got := map[string]map[string]float64{} // expr -> domain/label value -> value
 	for e := range modelTests {
 		got[e] = map[string]float64{}
@@ -113,19 +124,26 @@ func TestClassifierMatchesRules(t *testing.T) {
 	}
 	for _, name := range sortedKeys(disks) {
 		d := disks[name]
-		x := classifier.Inputs(d["read"], d["write"], d["bytes_read"], d["sync"])
-		r := th.Model.Classify(x, (d["read"]+d["write"])/60)
+		x := classifier.Inputs(classifier.Counts{Reads: d["read"], Writes: d["write"], ReadBytes: d["bytes_read"],
+			WriteBytes: d["bytes_write"], SyncWrites: d["sync"], Flushes: d["flush"]})
+		r := th.Model.Classify(x, (d["read"]+d["write"])/60, guestFS[name])
 		for c, s := range r.Scores {
 			put("round(domain_disk:fspair_workload_score:ratio, 0.001)", name, c, s)
 		}
 		for f, v := range x {
-			put("round(domain_disk:fspair_workload_feature:value, 0.001)", name, f, v)
+			if th.Model.Scale(f) > 0 { // the rules record the features the model uses
+				put("round(domain_disk:fspair_workload_feature:value, 0.001)", name, f, v)
+			}
 		}
 		for c, v := range r.Distances {
 			if !math.IsNaN(v) {
 				put("round(domain_disk:fspair_workload_distance:scaled, 0.001)", name, c, v)
 			}
 		}
+	}
+	if *updateWorkload {
+		rewriteExpected(t, "../tests/workload.yml", &th.Model, disks, guestFS)
+		return
 	}
 	for _, c := range f.Tests[0].Cases {
 		key, ok := modelTests[c.Expr]
@@ -163,3 +181,69 @@ func TestClassifierMatchesRules(t *testing.T) {
 		t.Logf("classifier package scores:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// rewriteExpected replaces, in the promtool test file at path, the
+// expected samples at 10m of the classifier's features, distances, scores
+// and confidence with what the classifier package computes for its disks.
+func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[string]map[string]float64, guestFS map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels map[string]string // domain -> the disk's labels, from its fspair_disk_info series
+	labels = map[string]string{}
+	for _, m := range regexp.MustCompile(`series: 'fspair_disk_info\{job="fspair", (instance="[^"]*", domain="([^"]*)", uuid="[^"]*", target_device="[^"]*", source_file="[^"]*")`).FindAllStringSubmatch(string(b), -1) {
+		labels[m[2]] = m[1]
+	}
+	samples := map[string][]string{}
+	add := func(expr, domain, key, value string, v float64) {
+		l := labels[domain]
+		if key != "" {
+			l += fmt.Sprintf(", %s=%q", key, value)
+		}
+		samples[expr] = append(samples[expr], fmt.Sprintf("          - labels: '{%s}'\n            value: %s", l, strconv.FormatFloat(math.Round(v*1000)/1000, 'g', -1, 64)))
+	}
+	const conf = "round(domain_disk:fspair_workload_class:confidence, 0.001)"
+	for _, name := range sortedKeys(disks) {
+		d := disks[name]
+		x := classifier.Inputs(classifier.Counts{Reads: d["read"], Writes: d["write"], ReadBytes: d["bytes_read"],
+			WriteBytes: d["bytes_write"], SyncWrites: d["sync"], Flushes: d["flush"]})
+		r := m.Classify(x, (d["read"]+d["write"])/60, guestFS[name])
+		for _, f := range m.Features {
+			if v, ok := x[f.Name]; ok {
+				add("round(domain_disk:fspair_workload_feature:value, 0.001)", name, "feature", f.Name, v)
+			}
+		}
+		for _, c := range classifier.Workloads {
+			if v := r.Distances[c]; !math.IsNaN(v) {
+				add("round(domain_disk:fspair_workload_distance:scaled, 0.001)", name, "class", c, v)
+			}
+		}
+		for _, c := range scoreOrderForTest {
+			add("round(domain_disk:fspair_workload_score:ratio, 0.001)", name, "class", c, r.Scores[c])
+		}
+		add(conf, name, "", "", r.Confidence)
+	}
+	text := string(b)
+	for expr, lines := range samples {
+		head := fmt.Sprintf("      - expr: '%s'\n        eval_time: 10m\n        exp_samples:\n", expr)
+		i := strings.Index(text, head)
+		if i < 0 {
+			t.Fatalf("%s: no case %q at 10m", path, expr)
+		}
+		start := i + len(head)
+		end := strings.Index(text[start:], "\n      - expr: ")
+		if end < 0 {
+			end = len(text) - start
+		}
+		text = text[:start] + strings.Join(lines, "\n") + text[start+end:]
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rewrote %s's expected features, distances, scores and confidences", path)
+}
+
+// scoreOrderForTest lists the classes that have a score series.
+var scoreOrderForTest = append(append([]string{}, classifier.Workloads...), classifier.Idle, classifier.Mixed)

@@ -191,7 +191,11 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 	fires, silent := map[string]bool{}, map[string]bool{}
 	name := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-	for _, f := range testFiles(t, "../tests/*.yml") {
+	// The fixture tests (TestFixture) count too: they run the same
+	// generated expressions on frozen thresholds, so that what they check
+	// (the settle rules' timing, the softmax's arithmetic) does not move
+	// with each fit of classes.yaml.
+	for _, f := range append(testFiles(t, "../tests/*.yml"), testFiles(t, "testdata/promtool/*.yml")...) {
 		var pt promtoolTest
 		loadYAML(t, f, &pt)
 		if strings.Join(pt.GroupEvalOrder, " ") != strings.Join(wantOrder, " ") {
@@ -224,7 +228,7 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 	for _, r := range sortedKeys(records) {
 		if !records[r] {
-			t.Errorf("recording rule %s has no promql_expr_test with expected samples in rules/tests", r)
+			t.Errorf("recording rule %s has no promql_expr_test with expected samples in rules/tests or rules/gen/testdata/promtool", r)
 		}
 	}
 	for _, a := range sortedKeys(alertAnn) {
@@ -274,6 +278,47 @@ func TestShortWindows(t *testing.T) {
 	}
 }
 
+// againstCommitted generates the per-host and the fleet rule files with
+// the committed options and with o, and calls check on each file's two
+// versions: for the flags that must change one thing only.
+func againstCommitted(t *testing.T, o Options, check func(name string, def, got []byte)) {
+	t.Helper()
+	for _, gen := range []func(Options) (map[string][]byte, error){Generate, GenerateFleet} {
+		def, err := gen(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gen(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range def {
+			check(name, b, got[name])
+		}
+	}
+}
+
+// TestLongInterval: -long-interval changes how often the long-window
+// groups (and only they) are evaluated, in the per-host rules and the
+// fleet's, and nothing else.
+func TestLongInterval(t *testing.T) {
+	o := committed
+	o.LongInterval = "30s"
+	againstCommitted(t, o, func(name string, def, got []byte) {
+		want := strings.NewReplacer("interval: 3m", "interval: 30s", "evaluated every 3m", "evaluated every 30s").Replace(string(def))
+		if string(got) != want {
+			t.Errorf("%s with -long-interval 30s: want the committed file with every 3m interval at 30s", name)
+		}
+	})
+	files, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 3 {
+		t.Errorf("fspair.rules.yml: %d groups every 30s, want 3 (disk.long, efficiency.long, fleet)", n)
+	}
+}
+
 func TestDurations(t *testing.T) {
 	for in, want := range map[string]int64{"5m": 300, "1h": 3600, "1h30m": 5400, "90s": 90, "1d": 86400, "2w": 1209600} {
 		got, err := parseDuration(in)
@@ -301,10 +346,12 @@ func TestDurations(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	for name, mod := range map[string]func(*Options){
-		"long not longer": func(o *Options) { o.Long = "5m" },
-		"bad short":       func(o *Options) { o.Short = "5 minutes" },
-		"negative scale":  func(o *Options) { o.ForScale = -1 },
-		"missing classes": func(o *Options) { o.Classes = "testdata/nonexistent.yaml" },
+		"long not longer":               func(o *Options) { o.Long = "5m" },
+		"bad short":                     func(o *Options) { o.Short = "5 minutes" },
+		"negative scale":                func(o *Options) { o.ForScale = -1 },
+		"long interval at the lookback": func(o *Options) { o.LongInterval = "5m" },
+		"bad long interval":             func(o *Options) { o.LongInterval = "30" },
+		"missing classes":               func(o *Options) { o.Classes = "testdata/nonexistent.yaml" },
 	} {
 		o := committed
 		mod(&o)
@@ -339,20 +386,22 @@ func TestThresholdsValidation(t *testing.T) {
 		{"empty source", "  active_iops:\n    value: 10\n    source: >-\n      provisional: a disk doing at least 10 requests/s competes for the host\n      device; below that its share of a device's time is negligible.",
 			"  active_iops:\n    value: 10\n    source: \"\"", ErrNoSource},
 		{"unknown feature", "  - name: sync_write_share\n    scale", "  - name: sync_writes\n    scale", nil},
-		{"feature without source", "    scale: 0.41\n    source: >-", "    scale: 0.41\n    sourcex: >-", nil},
-		{"zero scale", "scale: 1.47", "scale: 0", nil},
-		{"inverted ramp", "above: [2.5, 3.5]", "above: [3.5, 2.5]", nil},
-		{"far must rise", "far:\n  above: [2.5, 3.5]", "far:\n  below: [2.5, 3.5]", nil},
-		{"both directions", "below: [0.5, 2]", "below: [0.5, 2]\n  above: [0.5, 2]", nil},
-		{"box on an unlisted feature", "      sync_write_share: [0.90, 1.00]", "      random_read_share: [0.90, 1.00]", nil},
-		{"inverted box", "read_write_log2: [8.61, 9.92]", "read_write_log2: [9.92, 8.61]", nil},
+		// The fitted block's numbers change with every fit: these edits
+		// find their lines by pattern (re: a regexp and its replacement).
+		{"feature without source", `(?m)^(    scale: [-0-9.e]+\n    )source:`, "${1}sourcex:", nil},
+		{"zero scale", `(?m)^    scale: [-0-9.e]+$`, "    scale: 0", nil},
+		{"inverted ramp", "below: [0.5, 2]", "below: [2, 0.5]", nil},
+		{"far must rise", `far:\n  above:`, "far:\n  below:", nil},
+		{"box on an unlisted feature", `(?m)^      sync_write_share: \[`, "      random_read_share: [", nil},
+		{"inverted box", `read_write_log2: \[([-0-9.e]+), ([-0-9.e]+)\]`, "read_write_log2: [${2}, ${1}]", nil},
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
 		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
 		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
 	}
-	// settle without its source: the block up to the next key, cut to its numbers.
+	// settle without its source: the block up to the next key, cut to its
+	// numbers (quoted: its source's parentheses would make it a pattern).
 	block := regexp.MustCompile(`(?s)\nsettle:\n.*?\n\n`).FindString(string(base))
 	if block == "" {
 		t.Fatal("classes.yaml has no settle block")
@@ -360,9 +409,19 @@ func TestThresholdsValidation(t *testing.T) {
 	cases = append(cases, struct {
 		name, old, new string
 		is             error
-	}{"settle without source", block, "\nsettle:\n  windows: 1\n  seconds: 60\n\n", ErrNoSource})
+	}{"settle without source", regexp.QuoteMeta(block), "\nsettle:\n  windows: 1\n  seconds: 60\n\n", ErrNoSource})
 	for _, c := range cases {
 		body := strings.Replace(string(base), c.old, c.new, 1)
+		if re, err := regexp.Compile(c.old); err == nil && strings.ContainsAny(c.old, `\^$(`) {
+			done := false
+			body = re.ReplaceAllStringFunc(string(base), func(m string) string {
+				if done {
+					return m
+				}
+				done = true
+				return re.ReplaceAllString(m, c.new)
+			})
+		}
 		if body == string(base) {
 			t.Fatalf("%s: the edit does not apply to classes.yaml", c.name)
 		}
@@ -529,6 +588,36 @@ func TestLongWindowRead(t *testing.T) {
 	for name := range longRecords {
 		if !strings.Contains(string(committedRules), "record: "+name+"1h\n") {
 			t.Errorf("longRecords names %s, which no long-window rule records", name)
+		}
+	}
+}
+
+// TestCandidateValidation checks what only the fitted candidate model
+// (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
+// ranges per guest file system and a softmax temperature, each refused
+// when malformed.
+func TestCandidateValidation(t *testing.T) {
+	base, err := os.ReadFile("../classes-candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadThresholds("../classes-candidate.yaml"); err != nil {
+		t.Fatalf("committed candidate: %v", err)
+	}
+	for _, c := range []struct{ name, re, new string }{
+		{"guest range on a feature the box lacks", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):\n`, "    guest_fs:\n      ${1}:\n        random_read_share: [0, 1]\n"},
+		{"unknown guest file system", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):`, "    guest_fs:\n      zfs:"},
+		{"temperature without source", `(?m)^(temperature:\n  value: [-0-9.e]+\n  )source:`, "${1}sourcex:"},
+		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
+	} {
+		re := regexp.MustCompile(c.re)
+		loc := re.FindStringIndex(string(base))
+		if loc == nil {
+			t.Fatalf("%s: the edit does not apply to the candidate", c.name)
+		}
+		body := string(base[:loc[0]]) + re.ReplaceAllString(string(base[loc[0]:loc[1]]), c.new) + string(base[loc[1]:])
+		if _, err := LoadThresholds(writeTemp(t, body)); err == nil {
+			t.Errorf("%s: want an error", c.name)
 		}
 	}
 }

@@ -26,6 +26,8 @@ type window struct {
 // Params are everything a generation depends on.
 type Params struct {
 	Short, Long window
+	LongEvery   string // how often the long-window groups are evaluated
+	Settle      int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
 	ForScale    float64
 	T           *Thresholds
 	KB          *KB
@@ -342,8 +344,8 @@ func longKept(w window, rules []Rule) []Rule {
 	return out
 }
 
-// longInterval is how often the long-window groups are evaluated: a
-// twentieth of the long window (3m for 1h). Their series move slowly, and at
+// longInterval is how often the long-window groups are evaluated unless
+// -long-interval says otherwise: a twentieth of the long window (3m for 1h). Their series move slowly, and at
 // 2,000 disks they are about half the cost of the rule set (rules/README.md,
 // Cost). It stays below Prometheus' 5m lookback so that readers of these
 // series (the fleet rules, the alerts, dashboards) never see a gap.
@@ -356,7 +358,7 @@ func recordingFile(p *Params) File {
 	disk := append(baseRules(s, s, false), featureRules(s)...)
 	diskLong := longKept(l, append(baseRules(s, l, true), featureRules(l)...))
 	eff := append(efficiencyRules(s, p.T), activeDisksRule(s, p.T))
-	li := longInterval(l)
+	li := p.LongEvery
 	return File{
 		Name:   "fspair.rules.yml",
 		Header: header(p),

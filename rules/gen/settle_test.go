@@ -14,7 +14,8 @@ import (
 // class rule, and before the rules that read it: Prometheus evaluates a
 // group's rules in order), the confidence is damped by the settled ratio,
 // and the pairing (so the verdict, the fleet view and the alerts) reads
-// only settled classes. promtool checks the behaviour (rules/tests/settle.yml).
+// only settled classes. promtool checks the behaviour
+// (testdata/promtool/settle.yml, on the fixture thresholds).
 func TestSettleRules(t *testing.T) {
 	for short, secs := range map[string]string{"5m": "360", "1m": "120"} {
 		o := committed
@@ -72,6 +73,42 @@ func TestSettleRules(t *testing.T) {
 	for _, a := range alerts(p) {
 		if strings.Contains(a.expr, className) {
 			t.Errorf("alert %s reads the class rule %s, which includes classes still settling", a.name, className)
+		}
+	}
+}
+
+// TestSettleFlag: -settle sets the settle time (the test stacks that are
+// not about settling use a few seconds) and changes nothing else in any
+// rule file, per host or fleet, but the settled ratio's comment, which
+// names it; without it the time is classes.yaml's. A settle time of 0 or
+// no duration is refused: the settled ratio divides by it.
+func TestSettleFlag(t *testing.T) {
+	o := committed
+	o.Settle = "5s"
+	// The files without their comment lines, which wrap around the
+	// settle time's source.
+	uncommented := func(b []byte) string {
+		var out []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+				out = append(out, l)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	againstCommitted(t, o, func(name string, def, got []byte) {
+		want := strings.ReplaceAll(uncommented(def), ") / 360,", ") / 5,")
+		if uncommented(got) != want {
+			t.Errorf("%s with -settle 5s: want the committed file with the settle time at 5 s and nothing else changed", name)
+		}
+		if strings.Contains(string(def), settledName) != strings.Contains(string(got), "rules/gen -settle, a test's setting, here 5 s") {
+			t.Errorf("%s with -settle 5s: the settled ratio's comment does not name -settle", name)
+		}
+	})
+	for _, bad := range []string{"0s", "5", "-1m"} {
+		o.Settle = bad
+		if _, err := Generate(o); err == nil {
+			t.Errorf("-settle %q: no error", bad)
 		}
 	}
 }

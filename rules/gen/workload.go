@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/fspair/fspair/rules/classifier"
@@ -17,6 +18,11 @@ var inputs = map[string]string{
 		`sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`, classifier.RatioClamp),
 	classifier.ReadSizeLog2:   `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="read"}))`,
 	classifier.SyncWriteShare: `domain_disk:fspair_disk_sync_writes:ratio_rate${w}` + "\nor\n  0 * " + iopsRate,
+	// Without writes: 0, or the top of the clamp when the disk flushes.
+	classifier.FlushesPerWriteLog2: fmt.Sprintf(`clamp(log2(domain_disk:fspair_disk_flushes_per_write:ratio_rate${w}), -%[1]d, %[2]d)
+or
+  %[2]d * (sum without (op) (domain_disk:fspair_disk_requests:rate${w}{op="flush"}) > bool 0)`, classifier.FlushClamp, classifier.FlushClampHigh),
+	classifier.WriteSizeLog2: `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="write"}))`,
 }
 
 // ramp is the membership of a value in [0, 1].
@@ -44,14 +50,23 @@ func scoreSel(class string) string { return fmt.Sprintf(`%s{class="%s"}`, scoreN
 
 // distanceExpr is the distance of a disk from class c in units: the norm of
 // the scaled distances of its features from c's box, each the distance from
-// the box's middle less its half width (0 inside the box).
+// the box's middle less its half width (0 inside the box). Where c has a
+// range of its own for the disk's guest file system (fspair_disk_info's
+// guest_fs), that range replaces the box's.
 func distanceExpr(m *classifier.Model, c classifier.Class) string {
 	var terms []string
 	for _, f := range m.BoxFeatures(c) {
-		b := c.Box[f]
-		term := fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2",
-			featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(m.Scale(f)))
-		if f == classifier.ReadSizeLog2 {
+		term := boxTerm(f, c.Box[f], m.Scale(f))
+		var per []string
+		for _, g := range classifier.GuestFileSystems {
+			if b, ok := c.GuestFS[g][f]; ok {
+				per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(f, b, m.Scale(f)), g))
+			}
+		}
+		if len(per) > 0 {
+			term = "(" + strings.Join(append(per, term), " or ") + ")"
+		}
+		if f == classifier.ReadSizeLog2 || f == classifier.WriteSizeLog2 {
 			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingTerm()))
 		}
 		terms = append(terms, term)
@@ -61,6 +76,12 @@ func distanceExpr(m *classifier.Model, c classifier.Class) string {
 		terms[0] = fmt.Sprintf("sum without (feature) (%s)", terms[0])
 	}
 	return fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+}
+
+// boxTerm is the squared, scaled distance of a disk's feature f from the
+// range b on a feature of scale s.
+func boxTerm(f string, b [2]float64, s float64) string {
+	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
 }
 
 func featureSel(f string) string { return fmt.Sprintf(`%s{feature="%s"}`, featureName, f) }
@@ -97,6 +118,9 @@ func workloadRules(p *Params) []Rule {
 	// exp(-d^2) does not underflow: the largest distance a disk can have is
 	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
 	fit := fmt.Sprintf("exp(-(%s ^ 2))", distanceName)
+	if t := m.T(); t != 1 {
+		fit = fmt.Sprintf("exp(-(%s ^ 2) / %s)", distanceName, num(t))
+	}
 	var zeros []string
 	for _, c := range m.Classes {
 		zeros = append(zeros, fmt.Sprintf(`label_replace(0 * %s, "class", "%s", "", "")`, iopsRate, c.Name))
@@ -148,10 +172,17 @@ topk by (${disk}) (1,
   - min by (${disk}) (topk by (${disk}) (2, %[1]s))
 )
 * on (${disk})
-  %[2]s`, scoreName, settledName),
-			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread), "+
-				"times the share of the settle time the class has been held (1 once settled), so that a class still "+
-				"settling says so; rules/README.md has how often the class was right per band of it on held-out runs."),
+  (
+      sum without (class) (%[1]s{class="%[2]s"})
+    < bool
+      max by (${disk}) (%[1]s{class!="%[2]s"})
+  )
+* on (${disk})
+  %[3]s`, scoreName, classMixed, settledName),
+			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
+				"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class "+
+				"has been held (1 once settled), so that a class still settling says so. "+
+				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
 (
     %s
@@ -183,7 +214,11 @@ const (
 // evaluation.
 func settleRules(p *Params) []Rule {
 	w, settle := p.Short, p.T.Settle
-	secs := settle.Time(float64(w.secs))
+	// The settle time: classes.yaml's, or -settle's for a test stack.
+	source := fmt.Sprintf("rules/classes.yaml settle: %s x the short window + %s s", num(*settle.Windows), num(*settle.Seconds))
+	if float64(p.Settle) != math.Ceil(settle.Time(float64(w.secs))) {
+		source = "rules/gen -settle, a test's setting"
+	}
 	return []Rule{
 		rec(w, sinceName, fmt.Sprintf(`
   %[1]s
@@ -195,13 +230,13 @@ or
 				"rule's own last sample while the class rule still chooses the same class, else the time of this evaluation."),
 		rec(w, settledName, fmt.Sprintf(`
 clamp_max(
-  (time() - %s) / %s,
+  (time() - %s) / %d,
   1
-)`, sinceName, num(secs)),
-			fmt.Sprintf("Share of the settle time (rules/classes.yaml settle: %s x the short window + %s s, here %s s) "+
+)`, sinceName, p.Settle),
+			fmt.Sprintf("Share of the settle time (%s, here %d s) "+
 				"the disk has held its class, at most 1. At 1 the class is settled: the pairing, the verdict and the "+
 				"alerts act on it; below 1 it is still settling (the disk laying out its files or changing workload "+
-				"can be classed confidently wrong for a while).", num(*settle.Windows), num(*settle.Seconds), num(secs))),
+				"can be classed confidently wrong for a while).", source, p.Settle)),
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -59,17 +60,31 @@ func (a counts) minus(b counts) counts {
 		a.seqReads - b.seqReads, a.rndReads - b.rndReads, a.seqWrites - b.seqWrites, a.rndWrites - b.rndWrites}
 }
 
-// TestFoundation: for each host file system, one guest with six data disks
-// (raw and qcow2 x threads, native, io_uring) and three disks holding a guest
-// file system (the pairs). It checks discovery labels, then drives each data
-// disk with fio and compares the exporter with fio and query-blockstats.
+var flagFoundationAll = flag.Bool("foundation.all", false,
+	"TestFoundation: all six data disks (raw and qcow2 x three aio modes) on every host file system (make foundation), not make test's covering subset")
+
+// TestFoundation: for each host file system, one guest with data disks and
+// three disks holding a guest file system (the pairs). It checks discovery
+// labels, then drives each data disk with fio and compares the exporter with
+// fio and query-blockstats.
+//
+// With -foundation.all (make foundation) the data disks are raw and qcow2 x
+// threads, native, io_uring on every host file system: 18 disks. make test
+// runs a covering subset of 6: on each host file system one raw and one
+// qcow2 disk, the aio modes rotated so that each format meets each aio mode
+// once and each host file system two of them (ext4: raw threads, qcow2
+// native; xfs: raw native, qcow2 io_uring; btrfs: raw io_uring, qcow2
+// threads). The three pairs of a host file system and aio mode it leaves
+// out are driven by TestModesAgree in the same make test, which checks
+// every host file system x aio mode against query-blockstats exactly. The
+// full set took 227 s here, 18 disks at about 11 s each.
 func TestFoundation(t *testing.T) {
 	l := lab.ForTest(t)
 	ex := startExporter(t)
 	ctx := context.Background()
 	guestFSes := []string{"ext4", "xfs", "btrfs"}
 
-	for _, hostFS := range []string{"ext4", "xfs", "btrfs"} {
+	for hi, hostFS := range []string{"ext4", "xfs", "btrfs"} {
 		t.Run("host_"+hostFS, func(t *testing.T) {
 			h, err := l.NewHostFS(ctx, hostFS, 4096)
 			if err != nil {
@@ -77,8 +92,11 @@ func TestFoundation(t *testing.T) {
 			}
 			var disks []lab.DiskConfig
 			var data []string
-			for _, format := range []string{"raw", "qcow2"} {
-				for _, m := range aioModes {
+			for fi, format := range []string{"raw", "qcow2"} {
+				for mi, m := range aioModes {
+					if !*flagFoundationAll && !inFoundationSubset(hi, fi, mi) {
+						continue
+					}
 					id := fmt.Sprintf("d%s%s", format[:1], m.aio[:2])
 					path := h.Path(id + "." + format)
 					if err := makeDataImage(ctx, path, format); err != nil {
@@ -103,8 +121,8 @@ func TestFoundation(t *testing.T) {
 			}
 			domain := "e2e-" + hostFS
 
-			// Discovery and labels: all nine disks, right host and guest FS.
-			s, took := ex.waitFor(t, 30*time.Second, "nine disks of "+domain, func(s scrape) bool {
+			// Discovery and labels: every disk, right host and guest FS.
+			s, took := ex.waitFor(t, 30*time.Second, fmt.Sprintf("%d disks of %s", len(disks), domain), func(s scrape) bool {
 				return len(s.series("fspair_disk_info", map[string]string{"domain": domain})) == len(disks)
 			})
 			t.Logf("exporter saw %d disks of %s %.1fs after boot", len(disks), domain, took.Seconds())
@@ -144,6 +162,46 @@ func TestFoundation(t *testing.T) {
 			})
 			t.Logf("series of %s gone %.1fs after stop", domain, took.Seconds())
 		})
+	}
+}
+
+// inFoundationSubset says whether make test's TestFoundation drives the
+// data disk of host file system hi, format fi (raw, qcow2) and aio mode mi
+// (aioModes): one aio mode per host file system and format, rotated.
+func inFoundationSubset(hi, fi, mi int) bool { return mi == (hi+fi)%len(aioModes) }
+
+// TestFoundationSubset checks what TestFoundation's doc promises of the
+// subset: each host file system with both formats, each format with every
+// aio mode, each host file system with two aio modes.
+func TestFoundationSubset(t *testing.T) {
+	hostFS, formats := 3, 2
+	perHost := map[int]map[int]bool{}
+	formatAIO := map[[2]int]int{}
+	for hi := 0; hi < hostFS; hi++ {
+		perHost[hi] = map[int]bool{}
+		for fi := 0; fi < formats; fi++ {
+			n := 0
+			for mi := range aioModes {
+				if inFoundationSubset(hi, fi, mi) {
+					n++
+					perHost[hi][mi] = true
+					formatAIO[[2]int{fi, mi}]++
+				}
+			}
+			if n != 1 {
+				t.Errorf("host FS %d, format %d: %d disks, want 1", hi, fi, n)
+			}
+		}
+		if len(perHost[hi]) != 2 {
+			t.Errorf("host FS %d: %d aio modes, want 2", hi, len(perHost[hi]))
+		}
+	}
+	for fi := 0; fi < formats; fi++ {
+		for mi := range aioModes {
+			if formatAIO[[2]int{fi, mi}] != 1 {
+				t.Errorf("format %d, aio %s: %d disks, want 1", fi, aioModes[mi].aio, formatAIO[[2]int{fi, mi}])
+			}
+		}
 	}
 }
 

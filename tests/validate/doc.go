@@ -38,8 +38,8 @@
 // Two tests boot guests (root, QEMU, loop devices; they fail, never skip,
 // without them). Run either under the lab lock:
 //
-//	# CI subset, ~16 min: ext4/xfs and xfs/xfs side by side, 1m/5m windows,
-//	# every `for` x0.01, 200 s per workload
+//	# CI subset, ~12 min: ext4/xfs and xfs/xfs side by side, 1m/5m windows,
+//	# every `for` x0.01, 150 s per workload, rules every 5 s
 //	flock /var/tmp/fspair-lab.lock go test -count=1 -v -timeout 40m ./tests/validate/ -run 'TestValidate$'
 //
 //	# full matrix, ~2 h 45 min: six pairs two at a time, production windows

@@ -20,7 +20,7 @@ import (
 // The variants of tests/workload/jobs (CLASS-NAME.fio), none of which set
 // rules/classes.yaml, run as TestValidate runs the training jobs: two
 // guests at once on two of the pairs the variants were measured on, the
-// CI's short rule windows, 200 s each. Four took 15 minutes (2026-11-27), all eight about 30;
+// CI's short rule windows (shortWindows: rules every 10 s), 200 s each. Four took 15 minutes (2026-11-27), all eight about 30;
 // -heldout names fewer.
 var (
 	flagHeldOut      = flag.String("heldout", "", "held-out variants to run (default: every one of workload.Variants)")

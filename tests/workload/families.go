@@ -82,7 +82,7 @@ func ScoreFamilies(m *classifier.Model, boxes []FamilyBox, runs []RunResult, sub
 				continue
 			}
 			c := classifier.Class{Name: string(b.Family.Class()), Box: b.Box}
-			if d := m.Distance(c, x); d < dist[c.Name] {
+			if d := m.Distance(c, x, GuestFS(r.Pair)); d < dist[c.Name] {
 				dist[c.Name] = d
 			}
 		}

@@ -123,7 +123,7 @@ const (
 	FeatFlushLatency       = "file_flush_latency_seconds"
 	FeatDeviceReadLatency  = "device_read_latency_seconds"
 	FeatDeviceWriteLatency = "device_write_latency_seconds"
-	FeatMeanOutstanding    = "mean_outstanding" // requests in flight at submission, counting the new one
+	FeatMeanOutstanding    = "mean_outstanding" // requests in flight at submission, counting the new one (a sample: one request in 8)
 	// FeatGuestWriteAmplification is image-file write bytes over the bytes
 	// the workload wrote, over a whole phase. It needs the workload's own
 	// count, so Compute cannot give it; Phase.Window adds it.

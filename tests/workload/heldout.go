@@ -21,25 +21,48 @@ type Scored struct {
 	Confidence float64
 	Scores     map[string]float64
 	Distances  map[string]float64
+	// Expect, when set, is the right answer instead of the workload's
+	// class (idle, for a window in which the host saw almost nothing).
+	Expect string
 }
 
-// Right reports whether the classifier named the workload's class.
-func (s Scored) Right() bool { return s.Class == string(s.Workload.Class()) }
+// Right reports whether the classifier named the right class: Expect, or
+// the workload's class.
+func (s Scored) Right() bool { return s.Class == s.expected() }
+
+func (s Scored) expected() string {
+	if s.Expect != "" {
+		return s.Expect
+	}
+	return string(s.Workload.Class())
+}
 
 // ModelInputs returns the classifier's inputs and the IOPS of a window from
-// its features (read share, IOPS, mean read size, durable share of writes).
+// its features (read share, IOPS, mean request sizes, durable share of
+// writes, flushes per write).
 func ModelInputs(f Features) (map[string]float64, float64) {
 	iops := f[FeatIOPS]
 	reads := f[FeatReadShare] * iops
 	writes := iops - reads
-	return classifier.Inputs(reads, writes, f[FeatMeanReadSize]*reads, f[FeatSyncWriteShare]*writes), iops
+	flushes := f[FeatFlushesPerWrite] * writes
+	if writes == 0 {
+		flushes = f[FeatFlushRate]
+	}
+	return classifier.Inputs(classifier.Counts{Reads: reads, Writes: writes, ReadBytes: f[FeatMeanReadSize] * reads,
+		WriteBytes: f[FeatMeanWriteSize] * writes, SyncWrites: f[FeatSyncWriteShare] * writes, Flushes: flushes}), iops
+}
+
+// GuestFS returns the guest file system of a pair written GUEST/HOST[/...].
+func GuestFS(pair string) string {
+	g, _, _ := strings.Cut(pair, "/")
+	return g
 }
 
 // ScoreRuns classifies every run of runs with m: its whole window, or with
 // sub, each of its disjoint windows (TestMeasure -subwindow) instead.
 func ScoreRuns(m *classifier.Model, runs []RunResult, sub bool) []Scored {
-	return scoreWindows(runs, sub, func(_ RunResult, x map[string]float64, iops float64) classifier.Result {
-		return m.Classify(x, iops)
+	return scoreWindows(runs, sub, func(r RunResult, x map[string]float64, iops float64) classifier.Result {
+		return m.Classify(x, iops, GuestFS(r.Pair))
 	})
 }
 
@@ -99,7 +122,7 @@ func RenderEvaluation(ws []Scored) (string, error) {
 	pairs := map[string]bool{}
 	byPair := map[string]map[Workload][2]int{}
 	for _, w := range ws {
-		c := w.Workload.Class()
+		c := Workload(w.expected())
 		if conf[c] == nil {
 			conf[c] = map[string]int{}
 		}
@@ -118,7 +141,7 @@ func RenderEvaluation(ws []Scored) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Confusion matrix over %d windows (rows: the class of the workload that ran; columns: the class the rules chose):\n\n", len(ws))
 	fmt.Fprintf(&b, "| ran \\ chosen | %s | right |\n|---|%s---:|\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
-	for _, c := range Workloads {
+	for _, c := range append(append([]Workload{}, Workloads...), Workload(classifier.Idle)) {
 		row := conf[c]
 		if row == nil {
 			continue

@@ -71,6 +71,11 @@ type Options struct {
 	Classes       string
 	Lock          string
 	ReportOnly    bool
+	Fit           bool
+	Write         bool
+	Fio           string
+	RulesReadme   string
+	Candidate     string
 	Again         bool
 }
 
@@ -96,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	o := &Options{}
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated")
+	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries) or \"heldout\" (HeldOutSeries: parameter variants no number is fitted on)")
 	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")
@@ -115,6 +120,11 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock taken per run (\"\": none, when run under flock)")
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
+	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
+	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -candidate and the evaluation into -rules-readme")
+	fs.StringVar(&o.RulesReadme, "rules-readme", "rules/README.md", "where -fit -write puts the leave-one-pair-out tables")
+	fs.StringVar(&o.Candidate, "candidate", "rules/classes-candidate.yaml", "where -fit -write puts the fitted model: -classes with its far ramp, features and boxes replaced")
+	fs.StringVar(&o.Fio, "fio", "tests/workload/testdata/features.json", "the fio models' runs, fitted on beside Filebench's (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -122,6 +132,12 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
+	switch *runs {
+	case "default":
+		*runs = DefaultSeries
+	case "heldout":
+		*runs = HeldOutSeries
+	}
 	if o.Specs, err = ParseSpecs(*runs); err != nil {
 		return nil, err
 	}
@@ -208,12 +224,15 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		return err
 	}
 	command := "go run ./tests/workload/filebench " + strings.Join(args, " ")
+	if o.Fit {
+		return fit(cls.Model, res, o, stdout)
+	}
 	if o.ReportOnly {
 		reclassify(cls, res, o)
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		return writeReport(o.Report, res, command)
+		return writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1])
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("booting lab guests needs root (loop devices, mount, QEMU, BPF); run as root, or -report-only")
@@ -258,7 +277,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			break
 		}
 		p, _ := FindPersonality(s.Personality)
-		text, err := Patch(p.Name, texts[p.Name], Params{Dir: fileSetDir, Files: o.files(p), MemSize: o.MemSize, Runtime: int(o.Runtime.Seconds())})
+		text, err := Patch(p.Name, texts[p.Name], Params{Dir: fileSetDir, Files: o.files(p), MemSize: o.MemSize, Runtime: int(o.Runtime.Seconds()), Vars: s.VarMap()})
 		if err != nil {
 			return err
 		}
@@ -282,7 +301,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		if err := writeReport(o.Report, res, command); err != nil {
+		if err := writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1]); err != nil {
 			return err
 		}
 		if err == nil {

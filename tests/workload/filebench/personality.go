@@ -5,9 +5,12 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fspair/fspair/tests/workload"
@@ -102,6 +105,10 @@ type Params struct {
 	Files   int    // $nfiles
 	MemSize string // every thread's memsize= (shipped: 10m; webserver's 100 threads then need 1 GB)
 	Runtime int    // seconds of the run phase (shipped: 60, and none at all in randomfileaccess.f)
+	// Vars are a held-out variant's changes (Spec.Vars): each a `set
+	// $NAME=` of the personality given another value; filesize sets the
+	// mean of its file-size distribution.
+	Vars map[string]string
 }
 
 var (
@@ -115,7 +122,11 @@ var (
 	cachedRE  = regexp.MustCompile(`\s*,\s*cached\s*=\s*[^,\s]+`)
 	randvarRE = regexp.MustCompile(`(?s)^define\s+randvar\s+name\s*=\s*(\$[A-Za-z_][A-Za-z0-9_]*)\s*,\s*(.*\S)\s*$`)
 	memValRE  = regexp.MustCompile(`^[0-9]+[kmg]?$`)
-	dirValRE  = regexp.MustCompile(`^/[A-Za-z0-9_./-]*$`)
+	// A held-out variant's `set $NAME=...`, and the mean of a cvar.
+	setVarRE   = regexp.MustCompile(`^set\s+\$([A-Za-z_][A-Za-z0-9_]*)\s*=`)
+	varNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	cvarMeanRE = regexp.MustCompile(`mean:[0-9]+`)
+	dirValRE   = regexp.MustCompile(`^/[A-Za-z0-9_./-]*$`)
 )
 
 // Patch returns the personality name's shipped text src with the lab's
@@ -143,6 +154,12 @@ func Patch(name, src string, p Params) (string, error) {
 	if !memValRE.MatchString(p.MemSize) {
 		return "", fmt.Errorf("patch %s: memsize %q: want a size such as 1m", name, p.MemSize)
 	}
+	for k, v := range p.Vars {
+		if _, ok := varBytes(v); !ok || !varNameRE.MatchString(k) || k == "dir" || k == "nfiles" || k == "runtime" {
+			return "", fmt.Errorf("patch %s: variant %s=%s: want NAME=N[k|m|g], NAME not dir, nfiles or runtime", name, k, v)
+		}
+	}
+	varsSet := map[string]int{}
 	lines := strings.Split(strings.TrimRight(src, "\n"), "\n")
 	var out, changed []string
 	dirs, files, mems, randvars, cached := 0, 0, 0, 0, 0
@@ -160,6 +177,20 @@ func Patch(name, src string, p Params) (string, error) {
 			out = append(out, fmt.Sprintf("set $runtime=%d", p.Runtime))
 		case runRE.MatchString(t):
 			// Written once at the end.
+		case setVarRE.MatchString(t) && p.Vars[setVarRE.FindStringSubmatch(t)[1]] != "":
+			k := setVarRE.FindStringSubmatch(t)[1]
+			v := p.Vars[k]
+			if k == "filesize" {
+				if !cvarMeanRE.MatchString(t) {
+					return "", fmt.Errorf("patch %s: %q: want a distribution with a mean to set", name, t)
+				}
+				b, _ := varBytes(v)
+				l = cvarMeanRE.ReplaceAllString(t, fmt.Sprintf("mean:%d", b))
+			} else {
+				l = fmt.Sprintf("set $%s=%s", k, v)
+			}
+			out = append(out, l)
+			varsSet[k]++
 		case strings.HasPrefix(t, "define randvar"):
 			// The statement goes on while a table's braces are open or
 			// a line ends in "=" or "," (the table starts on the next).
@@ -197,7 +228,15 @@ func Patch(name, src string, p Params) (string, error) {
 	case mems == 0:
 		return "", fmt.Errorf("patch %s: no thread has a memsize= to set", name)
 	}
+	for _, k := range slices.Sorted(maps.Keys(p.Vars)) {
+		if varsSet[k] != 1 {
+			return "", fmt.Errorf("patch %s: %d lines set $%s, want 1 for the variant's %s=%s", name, varsSet[k], k, k, p.Vars[k])
+		}
+	}
 	changed = append(changed, "$dir", "$nfiles", "memsize", "run length")
+	for _, k := range slices.Sorted(maps.Keys(p.Vars)) {
+		changed = append(changed, fmt.Sprintf("$%s (held-out variant: %s)", k, p.Vars[k]))
+	}
 	if randvars > 0 {
 		changed = append(changed, fmt.Sprintf("%d randvar definitions in 1.5 syntax", randvars))
 	}
@@ -211,6 +250,24 @@ func Patch(name, src string, p Params) (string, error) {
 		fmt.Sprintf("# fspair lab: %s.f as shipped but for %s (tests/workload/filebench).", name, strings.Join(changed, ", ")),
 		fmt.Sprintf("run %d", p.Runtime))
 	return strings.Join(out, "\n") + "\n", nil
+}
+
+// varBytes parses a variant's value N[k|m|g].
+func varBytes(v string) (int64, bool) {
+	if !memValRE.MatchString(v) {
+		return 0, false
+	}
+	mult := int64(1)
+	switch v[len(v)-1] {
+	case 'k':
+		mult = 1 << 10
+	case 'm':
+		mult = 1 << 20
+	case 'g':
+		mult = 1 << 30
+	}
+	n, err := strconv.ParseInt(strings.TrimRight(v, "kmg"), 10, 64)
+	return n * mult, err == nil && n > 0
 }
 
 // braces returns the opening minus the closing braces of s.

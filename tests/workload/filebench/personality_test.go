@@ -178,3 +178,47 @@ func TestReadPersonalitiesMissing(t *testing.T) {
 		t.Error("a missing tarball read without an error")
 	}
 }
+
+// TestVariants checks the held-out variants: a spec names them with its
+// variables sorted, Patch sets each given variable once (a file-size
+// distribution's mean for filesize) and refuses one the personality does
+// not set or a value that is not a size.
+func TestVariants(t *testing.T) {
+	s, err := ParseSpec("varmail+nthreads=4+filesize=32k@btrfs/ext4/raw/none/native")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Vars != "filesize=32k,nthreads=4" || !s.Variant() || s.String() != "varmail+filesize=32k+nthreads=4@btrfs/ext4/raw/none/native" {
+		t.Errorf("spec %+v, string %s", s, s)
+	}
+	if again, err := ParseSpec(s.String()); err != nil || again != s {
+		t.Errorf("round trip: %+v, %v", again, err)
+	}
+	for _, bad := range []string{"varmail+nthreads@ext4/ext4/raw/none/native", "varmail+nthreads=four@ext4/ext4/raw/none/native", "varmail+$x=1@ext4/ext4/raw/none/native"} {
+		if _, err := ParseSpec(bad); err == nil {
+			t.Errorf("%s: parsed", bad)
+		}
+	}
+	src := "set $dir=/tmp\nset $nfiles=1000\nset $filesize=cvar(type=cvar-gamma,parameters=mean:16384;gamma:1.5)\nset $nthreads=16\n" +
+		"define fileset name=bigfileset,path=$dir,size=$filesize,entries=$nfiles\n" +
+		"define process name=filereader\n{\n  thread name=t,memsize=10m,instances=$nthreads\n  {\n    flowop openfile name=o,filesetname=bigfileset,fd=1\n  }\n}\nrun 60\n"
+	p := testParams
+	p.Vars = s.VarMap()
+	out, err := Patch("varmail", src, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"set $nthreads=4\n", "parameters=mean:32768;gamma:1.5)\n", "$nthreads (held-out variant: 4)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("patched text lacks %q:\n%s", want, out)
+		}
+	}
+	p.Vars = map[string]string{"iosize": "8k"}
+	if _, err := Patch("varmail", src, p); err == nil || !strings.Contains(err.Error(), "0 lines set $iosize") {
+		t.Errorf("a variable the personality does not set: %v", err)
+	}
+	p.Vars = map[string]string{"nfiles": "5"}
+	if _, err := Patch("varmail", src, p); err == nil {
+		t.Error("a variant of $nfiles, which the lab sets: no error")
+	}
+}

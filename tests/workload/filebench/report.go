@@ -10,8 +10,8 @@ import (
 )
 
 // writeReport writes the Markdown report of res to path.
-func writeReport(path string, res *Results, command string) error {
-	if err := os.WriteFile(path, []byte(Render(res, command)), 0o644); err != nil {
+func writeReport(path string, res *Results, command string, idleTop float64) error {
+	if err := os.WriteFile(path, []byte(Render(res, command, idleTop)), 0o644); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
@@ -19,7 +19,7 @@ func writeReport(path string, res *Results, command string) error {
 
 // Render is the report: each run's setup, working set and Filebench
 // summary, the live class per window, and the features behind it.
-func Render(res *Results, command string) string {
+func Render(res *Results, command string, idleTop float64) string {
 	var b strings.Builder
 	s := res.Setup
 	fmt.Fprintf(&b, "# Filebench personalities in lab guests: the live class per window\n\n")
@@ -70,7 +70,7 @@ func Render(res *Results, command string) string {
 			Tally(r.Windows, "layout"), Tally(r.Windows, "run"), right, n)
 	}
 
-	b.WriteString(heldOut(res))
+	b.WriteString(heldOut(res, idleTop))
 
 	b.WriteString("\n## Features over each phase\n\n")
 	b.WriteString("Image-file side over the whole phase (the classifier's inputs first), and the guest side where the exporter reads it.\n\n")
@@ -141,13 +141,18 @@ const settled = 180.0
 // held-out variants (workload.RenderEvaluation): no number of
 // rules/classes.yaml was fitted on Filebench's runs. Each window counts
 // with its class at one evaluation, whose confidence it is; the runs'
-// table above gives the held class.
-func heldOut(res *Results) string {
+// table above gives the held class. A window in which the host saw fewer
+// than idleTop requests a second (idle's ramp top) should be idle: what
+// the program did stayed in the guest's cache.
+func heldOut(res *Results, idleTop float64) string {
 	var early, late []workload.Scored
 	for _, r := range res.Runs {
 		for _, w := range r.Windows {
 			s := workload.Scored{Workload: r.Class, Pair: strings.TrimPrefix(r.Spec.String(), r.Personality+"@"),
 				Seconds: w.Span, Class: w.Class, Confidence: w.Confidence, Scores: w.Scores}
+			if w.Features[workload.FeatIOPS] < idleTop {
+				s.Expect = "idle"
+			}
 			if w.End <= settled {
 				early = append(early, s)
 			} else {

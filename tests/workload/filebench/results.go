@@ -208,6 +208,22 @@ func LoadClassifier(path string) (*Classifier, error) {
 // them; the first windows, shorter than width, are the first minutes of
 // the layout. A window of fewer than two scrapes is left out.
 func (c *Classifier) Windows(r Run, width, step time.Duration) []Window {
+	var out []Window
+	prev := ""
+	for _, w := range RunWindows(r, width, step) {
+		x, iops := workload.ModelInputs(w.Features)
+		res := c.Model.Classify(x, iops, r.Guest)
+		held := c.Model.Held(res.Scores, prev)
+		prev = held
+		w.Class, w.Held, w.Confidence, w.Scores = res.Class, held, round(res.Confidence), roundAll(res.Scores)
+		out = append(out, w)
+	}
+	return out
+}
+
+// RunWindows returns the run's windows as Windows derives them, with
+// their features and not yet classed.
+func RunWindows(r Run, width, step time.Duration) []Window {
 	pts := r.Points
 	if len(pts) < 2 || step <= 0 {
 		return nil
@@ -226,7 +242,6 @@ func (c *Classifier) Windows(r Run, width, step time.Duration) []Window {
 		first++
 	}
 	var out []Window
-	prev := ""
 	last := pts[len(pts)-1].Time
 	for end := r.Origin.Add(step); !end.After(last.Add(step / 2)); end = end.Add(step) {
 		j := nearest(end)
@@ -234,16 +249,38 @@ func (c *Classifier) Windows(r Run, width, step time.Duration) []Window {
 		if i >= j || (len(out) > 0 && pts[j].Time.Sub(r.Origin).Seconds() == out[len(out)-1].End) {
 			continue
 		}
-		f := workload.Compute(pts[i].Snapshot, pts[j].Snapshot)
-		x, iops := workload.ModelInputs(f)
-		res := c.Model.Classify(x, iops)
-		held := c.Model.Held(res.Scores, prev)
-		prev = held
 		out = append(out, Window{
 			End: round(pts[j].Time.Sub(r.Origin).Seconds()), Span: round(pts[j].Time.Sub(pts[i].Time).Seconds()),
-			Phase: pts[j-1].Phase, Features: f, Class: res.Class, Held: held,
-			Confidence: round(res.Confidence), Scores: roundAll(res.Scores),
+			Phase: pts[j-1].Phase, Features: workload.Compute(pts[i].Snapshot, pts[j].Snapshot),
 		})
+	}
+	return out
+}
+
+// VariantSource is the Source of a held-out variant's observations.
+const VariantSource = "filebench-variant"
+
+// Observations returns the windows of every run without an error as the
+// classifier's observations, in run order: a window is settled when it
+// ends settle or more after Filebench's start. A held-out variant's are of
+// VariantSource.
+func Observations(res *Results, width, step, settle time.Duration) []workload.Observation {
+	var out []workload.Observation
+	for _, r := range res.Runs {
+		if r.Error != "" {
+			continue
+		}
+		src := "filebench"
+		if r.Variant() {
+			src = VariantSource
+		}
+		for _, w := range RunWindows(r, width, step) {
+			x, iops := workload.ModelInputs(w.Features)
+			out = append(out, workload.Observation{
+				Truth: r.Class, Run: r.Spec.String(), Pair: r.Spec.Pair(), GuestFS: r.Guest, End: w.End,
+				Inputs: x, IOPS: iops, Settled: w.End >= settle.Seconds(), Source: src,
+			})
+		}
 	}
 	return out
 }

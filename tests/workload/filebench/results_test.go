@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,8 +22,9 @@ func liveClassifier(t *testing.T) *Classifier {
 }
 
 // recording is a synthetic run: a layout of asynchronous writes for
-// layout, then a mail-like run (a read of 10.8 KiB per write, every write
-// durable) until end, scraped every 10 s from origin.
+// layout, then a mail-like run (a read of 10.8 KiB per write of 16 KiB,
+// every write durable, by a flush each) until end, scraped every 10 s
+// from origin.
 func recording(origin time.Time, layout, end time.Duration) Run {
 	r := Run{Spec: Spec{Personality: "varmail"}, Class: workload.Mail, Origin: origin}
 	var reads, writes, rbytes, wbytes, syncs float64
@@ -51,7 +53,7 @@ func recording(origin time.Time, layout, end time.Duration) Run {
 func point(t time.Time, phase string, reads, writes, rbytes, wbytes, syncs float64) workload.Point {
 	return workload.Point{Phase: phase, Snapshot: workload.Snapshot{
 		Time:       t,
-		Requests:   map[string]float64{"read": reads, "write": writes},
+		Requests:   map[string]float64{"read": reads, "write": writes, "flush": syncs},
 		Bytes:      map[string]float64{"read": rbytes, "write": wbytes},
 		SyncWrites: map[string]float64{"dsync": syncs},
 	}}
@@ -220,5 +222,48 @@ func TestFlags(t *testing.T) {
 		if _, err := parseFlags(bad, &sb); err == nil {
 			t.Errorf("flags %q: no error", bad)
 		}
+	}
+}
+
+// TestFittedModelCurrent checks that rules/classes-candidate.yaml is what
+// the fit gives on the stored runs from the live rules/classes.yaml (go run
+// ./tests/workload/filebench -fit -write writes it), so that no one retunes
+// it by hand, and that it loads as a model.
+func TestFittedModelCurrent(t *testing.T) {
+	res, err := LoadResults("../testdata/filebench.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fio, err := workload.LoadResults("../testdata/features.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := LoadClassifier("../../../rules/classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Window: time.Minute, Step: 30 * time.Second}
+	train, _ := fitInputs(res, fio, o)
+	m, err := workload.Fit(cls.Model, train, workload.DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := os.ReadFile("../../../rules/classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := candidate(string(live), modelYAML(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../../rules/classes-candidate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("rules/classes-candidate.yaml is not the fit of the stored runs: run go run ./tests/workload/filebench -fit -write")
+	}
+	if _, err := LoadClassifier("../../../rules/classes-candidate.yaml"); err != nil {
+		t.Errorf("the candidate does not load: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -11,15 +12,37 @@ import (
 // varmail@btrfs/ext4/raw/none/native.
 type Spec struct {
 	Personality string `json:"personality"` // Filebench's name
-	Guest       string `json:"guest_fs"`
-	Host        string `json:"host_fs"`
-	Format      string `json:"format"` // raw or qcow2
-	Cache       string `json:"cache"`  // none or writeback
-	AIO         string `json:"aio"`    // threads, native or io_uring
+	// Vars, for a held-out variant, are the personality's variables set
+	// otherwise, NAME=VALUE sorted and comma-separated (written
+	// PERSONALITY+NAME=VALUE+...@...): runs no number is fitted on.
+	Vars   string `json:"vars,omitempty"`
+	Guest  string `json:"guest_fs"`
+	Host   string `json:"host_fs"`
+	Format string `json:"format"` // raw or qcow2
+	Cache  string `json:"cache"`  // none or writeback
+	AIO    string `json:"aio"`    // threads, native or io_uring
 }
 
 func (s Spec) String() string {
-	return fmt.Sprintf("%s@%s/%s/%s/%s/%s", s.Personality, s.Guest, s.Host, s.Format, s.Cache, s.AIO)
+	name := s.Personality
+	if s.Vars != "" {
+		name += "+" + strings.ReplaceAll(s.Vars, ",", "+")
+	}
+	return fmt.Sprintf("%s@%s/%s/%s/%s/%s", name, s.Guest, s.Host, s.Format, s.Cache, s.AIO)
+}
+
+// Variant reports whether the run is a held-out variant.
+func (s Spec) Variant() bool { return s.Vars != "" }
+
+// VarMap returns Vars as a map.
+func (s Spec) VarMap() map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s.Vars, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Pair is the spec's disk without the personality: GUEST/HOST/FORMAT/CACHE/AIO.
@@ -35,11 +58,24 @@ func ParseSpec(s string) (Spec, error) {
 	if !ok || len(f) != 5 {
 		return Spec{}, fmt.Errorf("run %q: want PERSONALITY@GUEST/HOST/FORMAT/CACHE/AIO, e.g. varmail@btrfs/ext4/raw/none/native", s)
 	}
+	name, vars, _ := strings.Cut(name, "+")
 	p, ok := FindPersonality(name)
 	if !ok {
 		return Spec{}, fmt.Errorf("run %q: personality %q: want webserver, varmail, fileserver or randomfileaccess", s, name)
 	}
 	sp := Spec{Personality: p.Name, Guest: f[0], Host: f[1], Format: f[2], Cache: f[3], AIO: f[4]}
+	if vars != "" {
+		var kvs []string
+		for _, kv := range strings.Split(vars, "+") {
+			k, v, ok := strings.Cut(kv, "=")
+			if _, size := varBytes(v); !ok || !size || !varNameRE.MatchString(k) {
+				return Spec{}, fmt.Errorf("run %q: variant %q: want NAME=N[k|m|g], e.g. varmail+nthreads=4@...", s, kv)
+			}
+			kvs = append(kvs, k+"="+v)
+		}
+		slices.Sort(kvs)
+		sp.Vars = strings.Join(kvs, ",")
+	}
 	for _, fs := range []string{sp.Guest, sp.Host} {
 		if fs != "ext4" && fs != "xfs" && fs != "btrfs" {
 			return Spec{}, fmt.Errorf("run %q: file system %q: want ext4, xfs or btrfs", s, fs)
@@ -132,4 +168,20 @@ var DefaultSeries = strings.Join([]string{
 	"webserver@btrfs/xfs/raw/writeback/io_uring",
 	"fileserver@btrfs/btrfs/raw/none/io_uring",
 	"randomfileaccess@btrfs/btrfs/qcow2/writeback/threads",
+}, ",")
+
+// HeldOutSeries (-runs heldout) is the held-out variants: each personality
+// with its threads, file sizes or I/O sizes changed, on two pairs and host
+// settings apiece. No number of the classifier is fitted on them
+// (tests/workload/filebench -fit classes them with the model fitted on
+// DefaultSeries and the fio models).
+var HeldOutSeries = strings.Join([]string{
+	"varmail+nthreads=4@ext4/ext4/raw/none/native",
+	"webserver+nthreads=25@xfs/xfs/raw/writeback/threads",
+	"fileserver+nthreads=16@btrfs/btrfs/qcow2/writeback/threads",
+	"randomfileaccess+nthreads=16@xfs/ext4/qcow2/none/native",
+	"varmail+filesize=64k@xfs/btrfs/qcow2/writeback/io_uring",
+	"webserver+filesize=48k@btrfs/ext4/raw/none/native",
+	"fileserver+filesize=48k+iosize=64k@ext4/xfs/raw/none/io_uring",
+	"randomfileaccess+nthreads=2@ext4/btrfs/raw/writeback/io_uring",
 }, ",")

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fspair/fspair/rules/classifier"
+	"github.com/fspair/fspair/tests/workload"
+)
+
+// SettleSeconds is where the accuracy targets start counting a run's
+// windows: after the first 3 minutes from Filebench's start (its layout
+// included).
+const SettleSeconds = 180
+
+// fitInputs are the observations the classifier is fitted and held out
+// on: every Filebench window of res but the held-out variants', and the
+// fio models' windows of fio; and the variants' windows apart.
+func fitInputs(res *Results, fio *workload.Results, o *Options) (train, variants []workload.Observation) {
+	for _, ob := range Observations(res, o.Window, o.Step, SettleSeconds*time.Second) {
+		if ob.Source == VariantSource {
+			variants = append(variants, ob)
+		} else {
+			train = append(train, ob)
+		}
+	}
+	if fio != nil {
+		train = append(train, workload.FioObservations(fio)...)
+	}
+	return train, variants
+}
+
+// scored converts evaluated windows to the held-out tables' rows.
+func scored(ev []workload.Evaluated) []workload.Scored {
+	out := make([]workload.Scored, 0, len(ev))
+	for _, e := range ev {
+		out = append(out, workload.Scored{Workload: e.Truth, Pair: workload.PairOf(e.Pair), Class: e.Class,
+			Confidence: e.Confidence, Distances: e.Distances, Expect: e.Expect})
+	}
+	return out
+}
+
+// Targets are issue 37's done-when figures over held-out windows.
+type Targets struct {
+	Settled, SettledRight     int // windows after the first 3 minutes, and right
+	WorstCell                 string
+	WorstCellShare            float64 // the lowest right share of a class on a pair (settled windows)
+	Confident, ConfidentRight int     // windows at confidence >= 0.9, and right
+	Wrong, WrongLow           int     // wrong windows, and those at confidence < 0.5
+	EarlyConfidentWrong       int     // first 3 minutes: wrong at confidence >= 0.9
+}
+
+// targets computes Targets over held-out windows.
+func targets(ev []workload.Evaluated) Targets {
+	var t Targets
+	cells := map[string][2]int{}
+	for _, e := range ev {
+		right := e.Right()
+		if e.Confidence >= 0.9 {
+			t.Confident++
+			if right {
+				t.ConfidentRight++
+			}
+		}
+		if !right {
+			t.Wrong++
+			if e.Confidence < 0.5 {
+				t.WrongLow++
+			}
+		}
+		if !e.Settled {
+			if !right && e.Confidence >= 0.9 {
+				t.EarlyConfidentWrong++
+			}
+			continue
+		}
+		t.Settled++
+		k := e.Expect + " on " + workload.PairOf(e.Pair)
+		c := cells[k]
+		c[1]++
+		if right {
+			t.SettledRight++
+			c[0]++
+		}
+		cells[k] = c
+	}
+	t.WorstCellShare = 1
+	for _, k := range slices.Sorted(maps.Keys(cells)) {
+		c := cells[k]
+		if s := float64(c[0]) / float64(c[1]); s < t.WorstCellShare {
+			t.WorstCellShare, t.WorstCell = s, fmt.Sprintf("%s %d/%d", k, c[0], c[1])
+		}
+	}
+	return t
+}
+
+func share(n, d int) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d = %.0f%%", n, d, 100*float64(n)/float64(d))
+}
+
+// renderFit writes the leave-one-pair-out evaluation of the Filebench
+// windows: the done-when figures, then the held-out tables of the windows
+// after the first 3 minutes and of the first 3 minutes.
+func renderFit(w io.Writer, ev []workload.Evaluated) error {
+	t := targets(ev)
+	fmt.Fprintf(w, "| figure | held out |\n|---|---|\n")
+	fmt.Fprintf(w, "| windows right after the first 3 minutes | %s |\n", share(t.SettledRight, t.Settled))
+	fmt.Fprintf(w, "| the worst class on a pair, after the first 3 minutes | %s |\n", t.WorstCell)
+	fmt.Fprintf(w, "| windows at confidence >= 0.9 that are right | %s |\n", share(t.ConfidentRight, t.Confident))
+	fmt.Fprintf(w, "| wrong windows at confidence < 0.5 | %s |\n", share(t.WrongLow, t.Wrong))
+	fmt.Fprintf(w, "| first 3 minutes: windows wrong at confidence >= 0.9 | %d |\n\n", t.EarlyConfidentWrong)
+	var settled, early []workload.Evaluated
+	for _, e := range ev {
+		if e.Settled {
+			settled = append(settled, e)
+		} else {
+			early = append(early, e)
+		}
+	}
+	for _, part := range []struct {
+		title string
+		ev    []workload.Evaluated
+	}{{"Windows ending after the first 3 minutes of a run", settled}, {"The first 3 minutes of each run (layout included)", early}} {
+		text, err := workload.RenderEvaluation(scored(part.ev))
+		if err != nil {
+			return fmt.Errorf("%s: %w", part.title, err)
+		}
+		fmt.Fprintf(w, "#### %s\n\n%s\n", part.title, text)
+	}
+	return nil
+}
+
+// modelYAML writes the fitted features and workload boxes as
+// rules/classes.yaml spells them.
+func modelYAML(m *classifier.Model) string {
+	var b strings.Builder
+	fb := m.Far.Bounds()
+	fmt.Fprintf(&b, "far:\n  above: [%g, %g]\n  source: >-\n    %s\n\n", fb[0], fb[1], m.Far.Source)
+	if t := m.Temperature; t != nil {
+		fmt.Fprintf(&b, "temperature:\n  value: %g\n  source: >-\n    %s\n\n", *t.Value, t.Source)
+	}
+	b.WriteString("features:\n")
+	for _, f := range m.Features {
+		fmt.Fprintf(&b, "  - name: %s\n    scale: %g\n    source: >-\n      %s\n", f.Name, f.Scale, f.Source)
+	}
+	b.WriteString("\nworkloads:\n")
+	for _, c := range m.Classes {
+		fmt.Fprintf(&b, "  - name: %s\n    box:\n", c.Name)
+		for _, f := range m.BoxFeatures(c) {
+			fmt.Fprintf(&b, "      %s: [%g, %g]\n", f, c.Box[f][0], c.Box[f][1])
+		}
+		if len(c.GuestFS) > 0 {
+			b.WriteString("    guest_fs:\n")
+			for _, g := range classifier.GuestFileSystems {
+				over := c.GuestFS[g]
+				if len(over) == 0 {
+					continue
+				}
+				fmt.Fprintf(&b, "      %s:\n", g)
+				for _, f := range m.BoxFeatures(c) {
+					if r, ok := over[f]; ok {
+						fmt.Fprintf(&b, "        %s: [%g, %g]\n", f, r[0], r[1])
+					}
+				}
+			}
+		}
+		fmt.Fprintf(&b, "    source: >-\n      %s\n", c.Source)
+	}
+	return b.String()
+}
+
+// fit prints the leave-one-pair-out evaluation and the model fitted on
+// every window.
+func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) error {
+	var fio *workload.Results
+	if o.Fio != "" {
+		var err error
+		if fio, err = workload.LoadResults(o.Fio); err != nil {
+			return err
+		}
+	}
+	obs, variants := fitInputs(res, fio, o)
+	opt := workload.DefaultFit
+	ev, err := workload.LeaveOnePairOut(base, obs, opt)
+	if err != nil {
+		return err
+	}
+	m, err := workload.Fit(base, obs, opt)
+	if err != nil {
+		return err
+	}
+	var report strings.Builder
+	if err := renderFit(&report, ev); err != nil {
+		return err
+	}
+	if len(variants) > 0 {
+		// No number was fitted on them: the model fitted on every other
+		// window classes them.
+		fmt.Fprintf(&report, "#### Held-out variants (parameters changed), classed by the model fitted on every run above\n\n")
+		if err := renderFit(&report, workload.Evaluate(m, variants)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(stdout, report.String())
+	fmt.Fprintf(stdout, "\n%s\n", ownScores(m, obs))
+	if !o.Write {
+		fmt.Fprintf(stdout, "\n#### The model fitted on every window\n\n```yaml\n%s```\n", modelYAML(m))
+		return nil
+	}
+	live, err := os.ReadFile(o.Classes)
+	if err != nil {
+		return err
+	}
+	cand, err := candidate(string(live), modelYAML(m))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Candidate, []byte(cand), 0o644); err != nil {
+		return err
+	}
+	return replaceBlock(o.RulesReadme, lopoBegin, lopoEnd, report.String())
+}
+
+// candidateHeader opens the candidate model's file.
+const candidateHeader = `# The candidate classifier: rules/classes.yaml with its far ramp, features and
+# workload boxes replaced by the fit on the Filebench runs and the fio models
+# (the FITTED block), and a softmax temperature. Written by
+# go run ./tests/workload/filebench -fit -write; do not edit. The rules are
+# generated from rules/classes.yaml, not from this file, until the candidate's
+# held-out figures (rules/README.md) meet issue 37's targets.
+`
+
+// candidate returns the live model's text with its far ramp and its
+// features and workloads (up to activity:) replaced by fitted.
+func candidate(live, fitted string) (string, error) {
+	far, hyst := strings.Index(live, "\nfar:\n"), strings.Index(live, "\nhysteresis_bonus:")
+	feat, act := strings.Index(live, "\nfeatures:\n"), strings.Index(live, "\nactivity:\n")
+	if far < 0 || hyst < far || feat < hyst || act < feat {
+		return "", fmt.Errorf("the live model lacks far, hysteresis_bonus, features or activity in that order")
+	}
+	out := candidateHeader + live[:far+1] + live[hyst+1:feat+1] +
+		fitBegin + "\n" + strings.TrimRight(fitted, "\n") + "\n" + fitEnd + "\n" + live[act:]
+	return out, nil
+}
+
+// The generated blocks -fit -write replaces: the fitted features and
+// boxes in rules/classes.yaml, the leave-one-pair-out tables in
+// rules/README.md.
+const (
+	fitBegin  = "# BEGIN FITTED: go run ./tests/workload/filebench -fit -write (do not edit by hand: change the data or tests/workload DefaultFit and fit again)"
+	fitEnd    = "# END FITTED"
+	lopoBegin = "<!-- BEGIN GENERATED leave-one-pair-out: go run ./tests/workload/filebench -fit -write -->"
+	lopoEnd   = "<!-- END GENERATED leave-one-pair-out -->"
+)
+
+// replaceBlock replaces what lies between the lines begin and end of the
+// file at path with text.
+func replaceBlock(path, begin, end, text string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i := strings.Index(s, begin+"\n")
+	j := strings.Index(s, "\n"+end+"\n")
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no block between %q and %q lines", path, begin, end)
+	}
+	out := s[:i+len(begin)+1] + strings.TrimRight(text, "\n") + s[j:]
+	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+// ownScores describes how the model fitted on every window scores the
+// settled training windows for their own class (a fit, not held out): what
+// the hand-set thresholds (mixed, the hysteresis) are judged against.
+func ownScores(m *classifier.Model, obs []workload.Observation) string {
+	var s []float64
+	for _, o := range obs {
+		if !o.Settled || o.Expected(m) == classifier.Idle {
+			continue
+		}
+		s = append(s, m.Classify(o.Inputs, o.IOPS, o.GuestFS).Scores[o.Expected(m)])
+	}
+	if len(s) == 0 {
+		return "no settled training windows"
+	}
+	slices.Sort(s)
+	at := func(q float64) float64 { return s[int(q*float64(len(s)-1))] }
+	return fmt.Sprintf("settled training windows' score for their own class (fitted on them): %d windows, min %.3f, 10th percentile %.3f, median %.3f",
+		len(s), s[0], at(0.1), at(0.5))
+}

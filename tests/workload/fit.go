@@ -1,0 +1,470 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/fspair/fspair/rules/classifier"
+)
+
+// An Observation is one classifier window of a run, in the order of its
+// run: the classifier's inputs, the disk's IOPS and guest file system, and
+// what ran.
+type Observation struct {
+	Truth   Workload // the workload that ran (its Class is the right answer unless the window is idle at the host)
+	Run     string   // the run, e.g. "varmail@btrfs/ext4/raw/none/native"
+	Pair    string   // GUEST/HOST[/...]: what leave-one-pair-out holds out
+	GuestFS string
+	End     float64 // seconds from the run's start (Filebench's start, the layout included)
+	Inputs  map[string]float64
+	IOPS    float64
+	// Settled marks a window that ends after the run's first Settle
+	// seconds: the training windows, and the ones the accuracy targets
+	// count.
+	Settled bool
+	Source  string // "filebench" or "fio"
+}
+
+// Expected is the class the observation should get: the workload's, or
+// idle when the host saw fewer requests than the idle ramp's top (what the
+// program did stayed in the guest's page cache, so the host had nothing to
+// class).
+func (o Observation) Expected(m *classifier.Model) string {
+	if o.IOPS < m.Idle.Bounds()[1] {
+		return classifier.Idle
+	}
+	return string(o.Truth.Class())
+}
+
+// GuestFeatures are the features whose meaning the guest file system
+// changes (how it batches durable writes into its journal or log, and the
+// size it writes in): Fit gives a class ranges of its own on them per guest
+// file system it has training runs on.
+var GuestFeatures = []string{classifier.SyncWriteShare, classifier.FlushesPerWriteLog2, classifier.WriteSizeLog2}
+
+// FitOptions set how Fit turns windows into boxes.
+type FitOptions struct {
+	// Quantile trims each end of a box: the box spans the Quantile and
+	// 1-Quantile quantiles of the class's training windows (0: min, max).
+	Quantile float64
+	// Margin widens each box by this many of its feature's scales on both
+	// sides: what a pair the training did not see may add.
+	Margin float64
+	// MinGuestRuns is how many training runs of a class on a guest file
+	// system give it ranges of its own there, and GuestShare how much
+	// narrower than the class's range over every guest such a range must
+	// be to be kept (a share of its width): each costs the rules a join.
+	MinGuestRuns int
+	GuestShare   float64
+	// ScaleFloor is the least scale of a feature, as a share of the spread
+	// of the class boxes' centres on it.
+	ScaleFloor float64
+	// FarQuantile sets the far ramp's start: that quantile of the
+	// distances of training windows from their own class's box fitted
+	// without their pair (0: base's ramp); the ramp starts at FarFloor
+	// units at the least.
+	FarQuantile, FarFloor float64
+	// ConfidentRight and WrongLow are what the temperature must give the
+	// windows held out inside the training set: the share of those at
+	// confidence 0.9 or more that are right, and of the wrong ones that
+	// are below 0.5 (issue 37's targets: 0.95 and 0.9).
+	ConfidentRight, WrongLow float64
+}
+
+// DefaultFit are the options the live model was fitted with.
+var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, GuestShare: 0.5, ScaleFloor: 0.05, FarQuantile: 0.9, FarFloor: 2.5, ConfidentRight: 0.95, WrongLow: 0.9}
+
+// Fit returns base with its features' scales and its workload boxes set
+// from the settled training windows of obs: per class and feature, the
+// range its windows span (trimmed by opt.Quantile), per guest file system
+// on GuestFeatures where the class has opt.MinGuestRuns runs there; each
+// feature's scale the pooled spread (standard deviation) of the windows
+// around their class's (and guest file system's) mean. A class without
+// training windows keeps base's box. Idle windows (Expected) train no
+// box. Ramps, hysteresis and the feature list are base's.
+func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
+	m, err := fitBoxes(base, obs, opt)
+	if err != nil || opt.FarQuantile <= 0 {
+		return m, err
+	}
+	// far: how far a pair's windows lie from their own class's box when
+	// the boxes were fitted without that pair (leave one pair out inside
+	// the training windows), so that a pair the model has not seen is
+	// not called far for being new.
+	var d []float64
+	type heldOut struct {
+		dist   map[string]float64
+		iops   float64
+		expect string
+	}
+	var held []heldOut
+	for _, p := range pairsOf(obs, "") {
+		var train, test []Observation
+		for _, o := range obs {
+			if PairOf(o.Pair) == p {
+				test = append(test, o)
+			} else {
+				train = append(train, o)
+			}
+		}
+		inner, err := fitBoxes(base, train, opt)
+		if err != nil {
+			return nil, fmt.Errorf("far, %s left out: %w", p, err)
+		}
+		for _, o := range test {
+			c, ok := inner.Class(o.Expected(base))
+			if !o.Settled || !ok {
+				continue
+			}
+			if v := inner.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(v) {
+				d = append(d, v)
+			}
+			dist := map[string]float64{}
+			for _, k := range inner.Classes {
+				dist[k.Name] = inner.Distance(k, o.Inputs, o.GuestFS)
+			}
+			held = append(held, heldOut{dist, o.IOPS, o.Expected(base)})
+		}
+	}
+	if len(d) < 10 {
+		return m, nil // too few to say: base's ramp
+	}
+	sort.Float64s(d)
+	lo := round2(math.Max(quantile(d, opt.FarQuantile), opt.FarFloor))
+	hi := round2(math.Max(quantile(d, 1-(1-opt.FarQuantile)/10), lo+1))
+	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
+		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class's box fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
+		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
+	// The softmax's temperature: the lowest of Temperatures at which the
+	// same held-out windows' confidence means what it says (of those at
+	// 0.9 or more, at least ConfidentRight right; of the wrong ones, at
+	// least WrongLow below 0.5), or the highest when none does. Lower
+	// temperatures commit to the nearest class more often.
+	chosen, met := Temperatures[len(Temperatures)-1], false
+	var why string
+	for _, t := range Temperatures {
+		v := t
+		m.Temperature = &classifier.Bonus{Value: &v}
+		conf, confRight, wrong, wrongLow := 0, 0, 0, 0
+		for _, h := range held {
+			r := m.Score(h.dist, h.iops)
+			right := r.Class == h.expect
+			if r.Confidence >= 0.9 {
+				conf++
+				if right {
+					confRight++
+				}
+			}
+			if !right {
+				wrong++
+				if r.Confidence < 0.5 {
+					wrongLow++
+				}
+			}
+		}
+		ok := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
+			(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
+		if ok {
+			chosen, met = t, true
+			why = fmt.Sprintf("%d of %d windows at confidence >= 0.9 right, %d of %d wrong ones below 0.5", confRight, conf, wrongLow, wrong)
+			break
+		}
+	}
+	if !met {
+		why = "none of them met both; the highest"
+	}
+	m.Temperature = &classifier.Bonus{Value: &chosen, Source: fmt.Sprintf(
+		"fitted: of %v, the lowest at which the %d windows held out as for far have a confidence that means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
+		Temperatures, len(held), opt.ConfidentRight, opt.WrongLow, why)}
+	return m, nil
+}
+
+// Temperatures are the softmax temperatures Fit chooses from.
+var Temperatures = []float64{1, 2, 4, 8, 16, 32, 64, 128}
+
+// pairsOf returns the guest/host pairs of obs (of source src, "" for
+// all), sorted.
+func pairsOf(obs []Observation, src string) []string {
+	set := map[string]bool{}
+	for _, o := range obs {
+		if src == "" || o.Source == src {
+			set[PairOf(o.Pair)] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fitBoxes is Fit without the far ramp.
+func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
+	m := *base
+	m.Features = append([]classifier.Feature(nil), base.Features...)
+	m.Classes = make([]classifier.Class, len(base.Classes))
+	copy(m.Classes, base.Classes)
+	isGuest := map[string]bool{}
+	for _, f := range GuestFeatures {
+		isGuest[f] = true
+	}
+	// values[class][guest][feature], guest "" for all guests.
+	type key struct{ class, guest, feature string }
+	values := map[key][]float64{}
+	runs := map[key]map[string]bool{}
+	for _, o := range obs {
+		c := o.Expected(base)
+		if !o.Settled || c == classifier.Idle {
+			continue
+		}
+		for _, f := range base.Features {
+			v, ok := o.Inputs[f.Name]
+			if !ok {
+				continue
+			}
+			for _, g := range []string{"", o.GuestFS} {
+				if g != "" && !isGuest[f.Name] {
+					continue
+				}
+				k := key{c, g, f.Name}
+				values[k] = append(values[k], v)
+				if runs[k] == nil {
+					runs[k] = map[string]bool{}
+				}
+				runs[k][o.Run] = true
+			}
+		}
+	}
+	// Scales: how far a run's windows lie from their class's mean (on
+	// the run's guest file system, for GuestFeatures): the spread between
+	// runs (pairs and host settings) and within a run together, floored.
+	for i, f := range m.Features {
+		var ss, n float64
+		var centres []float64
+		for k, vs := range values {
+			if k.feature != f.Name || (isGuest[f.Name] && k.guest == "") || (!isGuest[f.Name] && k.guest != "") {
+				continue
+			}
+			mean := 0.0
+			for _, v := range vs {
+				mean += v
+			}
+			mean /= float64(len(vs))
+			for _, v := range vs {
+				ss += (v - mean) * (v - mean)
+			}
+			n += float64(len(vs))
+			centres = append(centres, mean)
+		}
+		if n < 2 {
+			continue // no windows for this feature: base's scale
+		}
+		sd := math.Sqrt(ss / n)
+		sort.Float64s(centres)
+		floor := opt.ScaleFloor * (centres[len(centres)-1] - centres[0])
+		m.Features[i].Scale = round3(math.Max(math.Max(sd, floor), 1e-3))
+		m.Features[i].Source = fmt.Sprintf("fitted: the standard deviation of the training windows around their class's mean%s, over %.0f windows (floored at %.2f of the spread of the class means)",
+			map[bool]string{true: " on their guest file system", false: ""}[isGuest[f.Name]], n, opt.ScaleFloor)
+	}
+	box := func(vs []float64, scale float64) [2]float64 {
+		s := append([]float64(nil), vs...)
+		sort.Float64s(s)
+		lo, hi := quantile(s, opt.Quantile), quantile(s, 1-opt.Quantile)
+		return [2]float64{round2(lo - opt.Margin*scale), round2(hi + opt.Margin*scale)}
+	}
+	for i, c := range m.Classes {
+		nc := classifier.Class{Name: c.Name, Box: map[string][2]float64{}, Source: c.Source}
+		trained := false
+		for _, f := range m.Features {
+			vs := values[key{c.Name, "", f.Name}]
+			if len(vs) == 0 {
+				continue
+			}
+			trained = true
+			nc.Box[f.Name] = box(vs, f.Scale)
+			if !isGuest[f.Name] {
+				continue
+			}
+			for _, g := range classifier.GuestFileSystems {
+				k := key{c.Name, g, f.Name}
+				if len(runs[k]) < opt.MinGuestRuns {
+					continue
+				}
+				gb, all := box(values[k], f.Scale), nc.Box[f.Name]
+				if gb[1]-gb[0] > opt.GuestShare*(all[1]-all[0]) {
+					continue // not much narrower than over every guest: not worth a rule
+				}
+				if nc.GuestFS == nil {
+					nc.GuestFS = map[string]map[string][2]float64{}
+				}
+				if nc.GuestFS[g] == nil {
+					nc.GuestFS[g] = map[string][2]float64{}
+				}
+				nc.GuestFS[g][f.Name] = gb
+			}
+		}
+		if !trained {
+			continue
+		}
+		nc.Source = describeFit(c.Name, obs, base) + ": " + describeBox(nc.Box)
+		m.Classes[i] = nc
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("fitted model: %w", err)
+	}
+	return &m, nil
+}
+
+// quantile returns the q quantile of sorted s by linear interpolation.
+func quantile(s []float64, q float64) float64 {
+	if len(s) == 1 || q <= 0 {
+		return s[0]
+	}
+	if q >= 1 {
+		return s[len(s)-1]
+	}
+	p := q * float64(len(s)-1)
+	i := int(p)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (p-float64(i))*(s[i+1]-s[i])
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// An Evaluated window is an observation classed by a model: the class the
+// rules would hold (with their hysteresis over the run's earlier windows)
+// and their confidence.
+type Evaluated struct {
+	Observation
+	Expect     string
+	Class      string // held
+	Confidence float64
+	Distances  map[string]float64
+}
+
+// Right reports whether the held class is the expected one.
+func (e Evaluated) Right() bool { return e.Class == e.Expect }
+
+// Evaluate classes obs with m, run by run in order, carrying the
+// hysteresis from each window to the next of its run.
+func Evaluate(m *classifier.Model, obs []Observation) []Evaluated {
+	out := make([]Evaluated, 0, len(obs))
+	prev := map[string]string{}
+	for _, o := range obs {
+		r := m.Classify(o.Inputs, o.IOPS, o.GuestFS)
+		held := m.Held(r.Scores, prev[o.Run])
+		prev[o.Run] = held
+		out = append(out, Evaluated{Observation: o, Expect: o.Expected(m), Class: held, Confidence: r.Confidence, Distances: r.Distances})
+	}
+	return out
+}
+
+// PairOf returns the guest/host file-system pair of a pair written
+// GUEST/HOST[/FORMAT/...]: what leave-one-pair-out holds out.
+func PairOf(pair string) string {
+	f := strings.SplitN(pair, "/", 3)
+	if len(f) < 2 {
+		return pair
+	}
+	return f[0] + "/" + f[1]
+}
+
+// LeaveOnePairOut fits a model on every guest/host pair's windows but one
+// pair's (Filebench's and the fio models' alike) and classes that pair's
+// Filebench windows with it, for each pair: every window classed by a
+// model that never saw its pair.
+func LeaveOnePairOut(base *classifier.Model, obs []Observation, opt FitOptions) ([]Evaluated, error) {
+	var out []Evaluated
+	for _, p := range pairsOf(obs, "filebench") {
+		var train, test []Observation
+		for _, o := range obs {
+			switch {
+			case PairOf(o.Pair) != p:
+				train = append(train, o)
+			case o.Source == "filebench":
+				test = append(test, o)
+			}
+		}
+		m, err := Fit(base, train, opt)
+		if err != nil {
+			return nil, fmt.Errorf("leave %s out: %w", p, err)
+		}
+		out = append(out, Evaluate(m, test)...)
+	}
+	return out, nil
+}
+
+// FioObservations returns the disjoint sub-windows of the fio model runs
+// of res (testdata/features.json), or a run's whole window when it has
+// none, as observations, every one settled (the runs were measured after
+// their warm-up).
+func FioObservations(res *Results) []Observation {
+	var out []Observation
+	for _, r := range res.Runs {
+		run := string(r.Workload) + "@" + r.Pair
+		ws := r.Windows
+		if len(ws) == 0 {
+			ws = []Sample{{At: r.WindowSeconds, Span: r.WindowSeconds, Features: r.Features}}
+		}
+		for _, w := range ws {
+			x, iops := ModelInputs(w.Features)
+			out = append(out, Observation{Truth: r.Workload, Run: run, Pair: r.Pair, GuestFS: GuestFS(r.Pair),
+				End: w.At, Inputs: x, IOPS: iops, Settled: true, Source: "fio"})
+		}
+	}
+	return out
+}
+
+// describeFit says what a class's box was fitted on: its settled training
+// windows, their runs by source and their guest/host pairs.
+func describeFit(class string, obs []Observation, base *classifier.Model) string {
+	windows := 0
+	runs := map[string]map[string]bool{}
+	pairs := map[string]bool{}
+	for _, o := range obs {
+		if !o.Settled || o.Expected(base) != class {
+			continue
+		}
+		windows++
+		if runs[o.Source] == nil {
+			runs[o.Source] = map[string]bool{}
+		}
+		runs[o.Source][o.Run] = true
+		pairs[PairOf(o.Pair)] = true
+	}
+	var parts []string
+	for _, src := range []string{"filebench", "fio"} {
+		if n := len(runs[src]); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, map[string]string{"filebench": "Filebench runs", "fio": "fio model runs"}[src]))
+		}
+	}
+	return fmt.Sprintf("fitted (tests/workload DefaultFit) on %d windows of %s on %d guest/host pairs", windows, strings.Join(parts, " and "), len(pairs))
+}
+
+// describeBox spells a box in the features' own units.
+func describeBox(box map[string][2]float64) string {
+	var parts []string
+	pow := func(v float64) float64 { return math.Pow(2, v) }
+	if b, ok := box[classifier.ReadWriteLog2]; ok {
+		parts = append(parts, fmt.Sprintf("%.3g-%.3g reads per write", pow(b[0]), pow(b[1])))
+	}
+	if b, ok := box[classifier.ReadSizeLog2]; ok {
+		parts = append(parts, fmt.Sprintf("mean read %.1f-%.1f KiB", pow(b[0])/1024, pow(b[1])/1024))
+	}
+	if b, ok := box[classifier.WriteSizeLog2]; ok {
+		parts = append(parts, fmt.Sprintf("mean write %.1f-%.1f KiB", pow(b[0])/1024, pow(b[1])/1024))
+	}
+	if b, ok := box[classifier.SyncWriteShare]; ok {
+		parts = append(parts, fmt.Sprintf("%.2f-%.2f of writes durable", math.Max(0, b[0]), math.Min(1, b[1])))
+	}
+	if b, ok := box[classifier.FlushesPerWriteLog2]; ok {
+		parts = append(parts, fmt.Sprintf("%.3g-%.3g flushes per write", pow(b[0]), pow(b[1])))
+	}
+	return strings.Join(parts, ", ") + " (margins included; per guest file system where guest_fs gives ranges)"
+}

@@ -1,0 +1,167 @@
+package workload
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/fspair/fspair/rules/classifier"
+)
+
+func liveModel(t *testing.T) *classifier.Model {
+	t.Helper()
+	m, err := classifier.Load("../../rules/classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// synthetic returns a settled window of workload w on pair with the given
+// reads per write, mean read and write sizes, durable share and flushes
+// per write, at 300 requests/s.
+func synthetic(w Workload, pair string, end, rw, readKiB, writeKiB, durable, flushes float64) Observation {
+	writes := 300 / (1 + rw)
+	reads := 300 - writes
+	x := classifier.Inputs(classifier.Counts{Reads: reads, Writes: writes, ReadBytes: reads * readKiB * 1024,
+		WriteBytes: writes * writeKiB * 1024, SyncWrites: writes * durable, Flushes: writes * flushes})
+	return Observation{Truth: w, Run: string(w) + "@" + pair, Pair: pair, GuestFS: GuestFS(pair), End: end,
+		Inputs: x, IOPS: 300, Settled: end >= 180, Source: "filebench"}
+}
+
+// TestFit checks what Fit promises: every settled training window lies
+// inside its class's box (ranges of its own guest file system where it has
+// them), per-guest ranges appear only with enough runs, a class without
+// windows keeps the base box, and windows that are idle at the host or not
+// settled train nothing.
+func TestFit(t *testing.T) {
+	base := liveModel(t)
+	var obs []Observation
+	for i, pair := range []string{"ext4/xfs/raw", "xfs/ext4/qcow2", "btrfs/btrfs/raw", "btrfs/xfs/raw"} {
+		d := float64(i) * 0.02
+		durable := 0.9 - d
+		if GuestFS(pair) == "btrfs" {
+			durable = 0.1 + d // the guest's log batches the fsyncs
+		}
+		for _, end := range []float64{60, 210, 240} {
+			obs = append(obs,
+				synthetic(Mail, pair, end, 1+d, 12, 20, durable, durable/2),
+				synthetic(Fileserver, pair, end, 0.5+d, 100, 64, 0.01, 0.001))
+		}
+	}
+	// A mail window that trains nothing: the host saw almost nothing.
+	quiet := synthetic(Mail, "ext4/ext4/raw", 300, 50, 4, 4, 0, 0)
+	quiet.IOPS = 0.5
+	obs = append(obs, quiet)
+	m, err := Fit(base, obs, DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range obs {
+		if !o.Settled || o.Expected(base) == classifier.Idle {
+			continue
+		}
+		c := classOf(t, m, o.Expected(base))
+		box := c.BoxFor(o.GuestFS)
+		for f, v := range o.Inputs {
+			b, ok := box[f]
+			if ok && (v < b[0] || v > b[1]) {
+				t.Errorf("%s window on %s: %s %.3f outside its box %v", o.Truth, o.Pair, f, v, b)
+			}
+		}
+	}
+	mail := classOf(t, m, "mail")
+	if _, ok := mail.GuestFS["btrfs"][classifier.SyncWriteShare]; !ok {
+		t.Errorf("mail has two btrfs runs: want a btrfs range on the durable share, got %v", mail.GuestFS)
+	}
+	if _, ok := mail.GuestFS["ext4"]; ok {
+		t.Errorf("mail has one ext4 run: want no ext4 ranges, got %v", mail.GuestFS["ext4"])
+	}
+	if _, ok := mail.GuestFS["btrfs"][classifier.ReadWriteLog2]; ok {
+		t.Errorf("the read/write ratio is not a guest feature: %v", mail.GuestFS["btrfs"])
+	}
+	if b := mail.Box[classifier.ReadWriteLog2]; b[1] > 2 {
+		t.Errorf("mail's ratio box %v reaches the quiet window's (log2 50)", b)
+	}
+	if rfa := classOf(t, m, "rfa"); rfa.Source != classOf(t, base, "rfa").Source || len(rfa.Box) != len(classOf(t, base, "rfa").Box) {
+		t.Errorf("rfa has no windows: want base's box, got %+v", rfa)
+	}
+	if !strings.Contains(mail.Source, "on 8 windows of 4 Filebench runs on 4 guest/host pairs") {
+		t.Errorf("mail's source: %s", mail.Source)
+	}
+	for _, f := range m.Features {
+		if !(f.Scale > 0) || f.Source == "" {
+			t.Errorf("feature %s: scale %v, source %q", f.Name, f.Scale, f.Source)
+		}
+	}
+	// A training window classed by the model fitted on it is right.
+	for _, e := range Evaluate(m, obs) {
+		if e.Settled && !e.Right() {
+			t.Errorf("fitted window %s on %s at %.0f s: %s (distances %v)", e.Truth, e.Pair, e.End, e.Class, e.Distances)
+		}
+	}
+}
+
+func classOf(t *testing.T, m *classifier.Model, name string) classifier.Class {
+	t.Helper()
+	for _, c := range m.Classes {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no class %s", name)
+	return classifier.Class{}
+}
+
+// TestLeaveOnePairOut checks that every Filebench window is classed once,
+// by a model fitted without its guest/host pair (another format or cache
+// of the same pair is left out too), and that the fio models' windows are
+// trained on, never evaluated.
+func TestLeaveOnePairOut(t *testing.T) {
+	base := liveModel(t)
+	var obs []Observation
+	pairs := []string{"ext4/xfs/raw", "ext4/xfs/qcow2", "xfs/ext4/qcow2", "btrfs/btrfs/raw"}
+	for i, pair := range pairs {
+		d := float64(i) * 0.01
+		obs = append(obs, synthetic(Mail, pair, 210, 1+d, 12, 20, 0.9, 0.5), synthetic(Fileserver, pair, 210, 0.5, 100+d, 64, 0.01, 0.001))
+	}
+	// A pair only the first pair's fio run has: held out together.
+	fio := synthetic(Mail, "ext4/xfs/raw/writeback", 70, 1, 12, 20, 0.9, 0.5)
+	fio.Source = "fio"
+	obs = append(obs, fio)
+	// A far-off fileserver window on ext4/xfs: if its pair's model had
+	// seen it, the other ext4/xfs windows would be inside a wide box.
+	odd := synthetic(Fileserver, "ext4/xfs/raw", 240, 0.5, 1000, 64, 0.01, 0.001)
+	obs = append(obs, odd)
+	ev, err := LeaveOnePairOut(base, obs, DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev) != len(obs)-1 {
+		t.Fatalf("%d windows evaluated, want the %d Filebench windows", len(ev), len(obs)-1)
+	}
+	for _, e := range ev {
+		if e.Source != "filebench" {
+			t.Errorf("a fio window was evaluated: %+v", e.Observation)
+		}
+	}
+	// xfs/ext4's fileserver window is classed by a model fitted on the
+	// other pairs, whose fileserver windows (the odd one included) are
+	// all fileserver: right. The odd window is far beyond the other
+	// pairs' read sizes: its model never saw it, so it is not inside.
+	for _, e := range ev {
+		if e.Truth == Fileserver && e.Pair == "ext4/xfs/raw" && e.Inputs[classifier.ReadSizeLog2] > 19 {
+			if d := e.Distances["fileserver"]; !(d > 0) || math.IsNaN(d) {
+				t.Errorf("the odd window's distance from fileserver %v: its own pair trained the box", d)
+			}
+		}
+	}
+}
+
+func TestPairOf(t *testing.T) {
+	for in, want := range map[string]string{"ext4/xfs/raw": "ext4/xfs", "btrfs/ext4/raw/none/native": "btrfs/ext4", "odd": "odd"} {
+		if got := PairOf(in); got != want {
+			t.Errorf("PairOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
