@@ -103,7 +103,7 @@ func runValidation(t *testing.T, cfg config) *Results {
 	res := &Results{
 		Kind: cfg.kind, Command: cfg.command,
 		Settings: Settings{
-			Short: cfg.rules.Short, Long: cfg.rules.Long, ForScale: cfg.rules.ForScale,
+			Short: cfg.rules.Short, Long: cfg.rules.Long, ForScale: cfg.rules.ForScale, Settle: cfg.rules.Settle,
 			ScrapeSeconds: cfg.scrape.Seconds(), EvaluationSeconds: cfg.eval.Seconds(),
 			RuntimeSeconds: cfg.runtime.Seconds(), WarmupSeconds: cfg.warmup().Seconds(),
 			Concurrent: min(2, len(cfg.pairs)),

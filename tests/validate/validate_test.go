@@ -64,10 +64,14 @@ func TestValidate(t *testing.T) {
 
 // shortWindows sets c's rules, scrape and evaluation intervals and run
 // time to the short-window runs': 1m/5m windows, alerts' `for` scaled by
-// 0.01, scrape 5 s, rules every 10 s, 200 s a workload (TestValidateHeldOut;
-// TestValidate then evaluates every 5 s for 150 s).
+// 0.01, a class settled once held 10 s, scrape 5 s, rules every 10 s, 200 s
+// a workload (TestValidateHeldOut; TestValidate then evaluates every 5 s
+// for 150 s). The committed settle time (one window plus 60 s, 120 s here)
+// would put FspairPoorPairing past the end of a 150 s run (it was
+// delivered within 91 s of a switch without it); these runs check the
+// class and the alert's path, rules/gen's promtool tests the settling.
 func shortWindows(c config) config {
-	c.rules = alerting.RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01}
+	c.rules = alerting.RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01, Settle: "10s"}
 	c.scrape, c.eval, c.runtime = 5*time.Second, 10*time.Second, 200*time.Second
 	return c
 }
