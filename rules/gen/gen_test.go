@@ -594,7 +594,7 @@ func TestLongWindowRead(t *testing.T) {
 
 // TestCandidateValidation checks what only the fitted candidate model
 // (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
-// ranges per guest file system and a softmax temperature, each refused
+// ranges per guest file system, a softmax and its temperature, each refused
 // when malformed.
 func TestCandidateValidation(t *testing.T) {
 	base, err := os.ReadFile("../classes-candidate.yaml")
@@ -609,6 +609,8 @@ func TestCandidateValidation(t *testing.T) {
 		{"unknown guest file system", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):`, "    guest_fs:\n      zfs:"},
 		{"temperature without source", `(?m)^(temperature:\n  value: [-0-9.e]+\n  )source:`, "${1}sourcex:"},
 		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
+		{"softmax over an unknown", `(?m)^softmax:\n  over: [a-z_]+\n`, "softmax:\n  over: cube\n"},
+		{"softmax without source", `(?m)^(softmax:\n  over: [a-z_]+\n  )source:`, "${1}sourcex:"},
 	} {
 		re := regexp.MustCompile(c.re)
 		loc := re.FindStringIndex(string(base))

@@ -117,9 +117,13 @@ func workloadRules(p *Params) []Rule {
 	}
 	// exp(-d^2) does not underflow: the largest distance a disk can have is
 	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
-	fit := fmt.Sprintf("exp(-(%s ^ 2))", distanceName)
+	exponent, of := fmt.Sprintf("(%s ^ 2)", distanceName), "squared distances"
+	if m.SoftmaxOver() == classifier.OverDistance {
+		exponent, of = distanceName, "distances"
+	}
+	fit := fmt.Sprintf("exp(-%s)", exponent)
 	if t := m.T(); t != 1 {
-		fit = fmt.Sprintf("exp(-(%s ^ 2) / %s)", distanceName, num(t))
+		fit = fmt.Sprintf("exp(-%s / %s)", exponent, num(t))
 	}
 	var zeros []string
 	for _, c := range m.Classes {
@@ -136,8 +140,8 @@ func workloadRules(p *Params) []Rule {
 %[3]s
 or
   %[4]s`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\nor\n  ")),
-		"Scores of the workload classes: each class's share of exp(-distance^2) over the four (a softmax of the "+
-			"negative squared distances), damped by far (the distance to the nearest class) and by the idle score. "+
+		"Scores of the workload classes: each class's share of the softmax of the negative "+of+" over the four "+
+			"(divided by the model's temperature), damped by far (the distance to the nearest class) and by the idle score. "+
 			"A disk whose distances are undefined (no reads or writes) scores 0."))
 	out = append(out,
 		rec(w, scoreName, fmt.Sprintf(`

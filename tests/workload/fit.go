@@ -137,52 +137,92 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
 		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class's box fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
 		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
-	// The softmax's temperature: the lowest of Temperatures at which the
-	// same held-out windows' confidence means what it says (of those at
-	// 0.9 or more, at least ConfidentRight right; of the wrong ones, at
-	// least WrongLow below 0.5), or the highest when none does. Lower
-	// temperatures commit to the nearest class more often.
-	chosen, met := Temperatures[len(Temperatures)-1], false
-	var why string
-	for _, t := range Temperatures {
-		v := t
-		m.Temperature = &classifier.Bonus{Value: &v}
-		conf, confRight, wrong, wrongLow := 0, 0, 0, 0
-		for _, h := range held {
-			r := m.Score(h.dist, h.iops)
-			right := r.Class == h.expect
-			if r.Confidence >= 0.9 {
-				conf++
-				if right {
-					confRight++
+	// The softmax (over the distances or their squares), its temperature
+	// and the mixed ramp: of every combination of Softmaxes, their
+	// Temperatures and MixedRamps, the one that classes the most of the
+	// same held-out windows right while their confidence means what it
+	// says (of those at 0.9 or more, at least ConfidentRight right; of the
+	// wrong ones, at least WrongLow below 0.5); ties go to the first in
+	// that order (base's mixed ramp first, lower temperatures first). When
+	// none means what it says: base's mixed ramp, squared distances and
+	// the highest temperature, the most cautious.
+	last := Temperatures[classifier.OverSquared]
+	chosen := choice{classifier.OverSquared, last[len(last)-1], base.Mixed.Bounds()}
+	best, why := -1, "none of them met both; squared distances at the highest temperature"
+	for _, over := range Softmaxes {
+		for _, mixed := range append([][]float64{base.Mixed.Bounds()}, MixedRamps...) {
+			for _, t := range Temperatures[over] {
+				c := choice{over, t, mixed}
+				c.apply(m)
+				conf, confRight, wrong, wrongLow, right := 0, 0, 0, 0, 0
+				for _, h := range held {
+					r := m.Score(h.dist, h.iops)
+					ok := r.Class == h.expect
+					if ok {
+						right++
+					}
+					if r.Confidence >= 0.9 {
+						conf++
+						if ok {
+							confRight++
+						}
+					}
+					if !ok {
+						wrong++
+						if r.Confidence < 0.5 {
+							wrongLow++
+						}
+					}
 				}
-			}
-			if !right {
-				wrong++
-				if r.Confidence < 0.5 {
-					wrongLow++
+				good := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
+					(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
+				if good && right > best {
+					best, chosen = right, c
+					why = fmt.Sprintf("%d of %d right; %d of %d windows at confidence >= 0.9 right, %d of %d wrong ones below 0.5",
+						right, len(held), confRight, conf, wrongLow, wrong)
 				}
 			}
 		}
-		ok := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
-			(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
-		if ok {
-			chosen, met = t, true
-			why = fmt.Sprintf("%d of %d windows at confidence >= 0.9 right, %d of %d wrong ones below 0.5", confRight, conf, wrongLow, wrong)
-			break
-		}
 	}
-	if !met {
-		why = "none of them met both; the highest"
-	}
-	m.Temperature = &classifier.Bonus{Value: &chosen, Source: fmt.Sprintf(
-		"fitted: of %v, the lowest at which the %d windows held out as for far have a confidence that means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
-		Temperatures, len(held), opt.ConfidentRight, opt.WrongLow, why)}
+	chosen.apply(m)
+	how := fmt.Sprintf("fitted with the temperature and the mixed ramp, of softmaxes over %v, temperatures %v and mixed ramps %v (base's first): the combination that classes the most of the %d windows held out as for far right while their confidence means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
+		Softmaxes, Temperatures, append([][]float64{base.Mixed.Bounds()}, MixedRamps...), len(held), opt.ConfidentRight, opt.WrongLow, why)
+	m.Softmax = &classifier.Softmax{Over: chosen.over, Source: how}
+	m.Temperature.Source = "fitted with the softmax (see there)"
+	m.Mixed.Source = "fitted with the softmax (see there)"
 	return m, nil
 }
 
-// Temperatures are the softmax temperatures Fit chooses from.
-var Temperatures = []float64{1, 2, 4, 8, 16, 32, 64, 128}
+// choice is a softmax, its temperature and a mixed ramp (its below
+// bounds).
+type choice struct {
+	over  string
+	t     float64
+	mixed []float64
+}
+
+// apply sets c's softmax, temperature and mixed ramp on m (their sources
+// are set once the choice is made).
+func (c choice) apply(m *classifier.Model) {
+	t := c.t
+	m.Softmax = &classifier.Softmax{Over: c.over}
+	m.Temperature = &classifier.Bonus{Value: &t}
+	m.Mixed = classifier.Ramp{Below: append([]float64(nil), c.mixed...)}
+}
+
+// Softmaxes, Temperatures (per softmax) and MixedRamps (besides the base
+// model's) are what Fit chooses the softmax, its temperature and the mixed
+// ramp from. Over the distances the exponent is about the square root of
+// the squared one's at the distances that matter (1-4 units), hence the
+// lower temperatures.
+var (
+	Softmaxes    = []string{classifier.OverDistance}
+	Temperatures = map[string][]float64{
+		classifier.OverSquared:  {1, 2, 4, 8, 16, 32, 64, 128},
+		classifier.OverDistance: {0.125, 0.25, 0.5, 1, 2, 4, 8, 16},
+	}
+	MixedRamps = [][]float64{{0.4, 0.6}, {0.3, 0.45}, {0.2, 0.35}}
+)
 
 // pairsOf returns the guest/host pairs of obs (of source src, "" for
 // all), sorted.
