@@ -399,6 +399,9 @@ func TestThresholdsValidation(t *testing.T) {
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
 		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
 		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
+		{"min_confidence above 1", "  min_confidence:\n    value: 0.5", "  min_confidence:\n    value: 1.5", nil},
+		{"min_confidence negative", "  min_confidence:\n    value: 0.5", "  min_confidence:\n    value: -0.5", nil},
+		{"min_confidence missing", "  min_confidence:\n    value: 0.5", "  min_confidencex:\n    value: 0.5", nil},
 	}
 	// settle without its source: the block up to the next key, cut to its
 	// numbers (quoted: its source's parentheses would make it a pattern).

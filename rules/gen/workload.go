@@ -189,14 +189,26 @@ topk by (${disk}) (1,
 				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
 (
-    %s
+    %[1]s
   * on (${disk}) group_left (guest_fs, host_fs)
     fspair_disk_info{${job}}
 )
 and on (${disk}, class)
-  (%s == 1)`, className, settledName),
-			"The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base; "+
-				"only once the class is settled, so that no verdict, fleet figure or alert acts on a class still settling."),
+  (%[2]s == 1)
+and on (${disk})
+  (
+      domain_disk:fspair_workload_class:confidence >= %[3]s
+    or
+      %[1]s{class=~"%[4]s|%[5]s"}
+  )`, className, settledName, num(t.Settle.MinConfidence.V()), classIdle, classMixed),
+			fmt.Sprintf("The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base; "+
+				"only once the class is settled, so that no verdict, fleet figure or alert acts on a class still settling, "+
+				"and, for a workload class, only at a confidence of at least %s (rules/classes.yaml settle.min_confidence), "+
+				"so that none acts on a class held steadily by a disk that sits between two classes. idle and mixed, "+
+				"which no verdict rates (mixed's confidence is 0 by definition), are paired once settled. A confidence that "+
+				"wavers around the threshold makes the series come and go; an alert on it then starts its `for` again "+
+				"each time it comes back, as intended: the alert fires only on a class held confidently for the whole `for`.",
+				num(t.Settle.MinConfidence.V()))),
 	)
 	return out
 }
