@@ -97,7 +97,10 @@ func signed(v float64) string {
 func workloadRules(p *Params) []Rule {
 	w, t := p.Short, p.T
 	m := &t.Model
-	notIdle := fmt.Sprintf("* on (${disk}) group_left ()\n  (1 - sum without (class) (%s))", scoreSel(classIdle))
+	// on (${disk}) already leaves the idle score's class label out of the
+	// match: no sum without (class) to drop it (one aggregation of every
+	// disk fewer, the same values).
+	notIdle := fmt.Sprintf("* on (${disk}) group_left ()\n  (1 - %s)", scoreSel(classIdle))
 	out := []Rule{
 		rec(w, scoreName, ramp(t.Idle, iopsRate),
 			"Score of class idle: 1 at or below the low end of idle (IOPS), 0 at or above its high end.",
@@ -125,6 +128,9 @@ func workloadRules(p *Params) []Rule {
 	if t := m.T(); t != 1 {
 		fit = fmt.Sprintf("exp(-%s / %s)", exponent, num(t))
 	}
+	// The zeros are joined among themselves first and then once to the
+	// scores: each "or" hashes its whole left side, and the scores are the
+	// larger side (the same series, as no two zeros share a class).
 	var zeros []string
 	for _, c := range m.Classes {
 		zeros = append(zeros, fmt.Sprintf(`label_replace(0 * %s, "class", "%s", "", "")`, iopsRate, c.Name))
@@ -139,7 +145,9 @@ func workloadRules(p *Params) []Rule {
   (1 - %[2]s)
 %[3]s
 or
-  %[4]s`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\nor\n  ")),
+  (
+      %[4]s
+  )`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\n    or\n      ")),
 		"Scores of the workload classes: each class's share of the softmax of the negative "+of+" over the four "+
 			"(divided by the model's temperature), damped by far (the distance to the nearest class) and by the idle score. "+
 			"A disk whose distances are undefined (no reads or writes) scores 0."))
@@ -170,9 +178,11 @@ topk by (${disk}) (1,
 	)
 	out = append(out, settleRules(p)...)
 	out = append(out,
+		// The highest of the top two is the highest score: max by over the
+		// scores, not over a second topk.
 		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
 (
-    max by (${disk}) (topk by (${disk}) (2, %[1]s))
+    max by (${disk}) (%[1]s)
   - min by (${disk}) (topk by (${disk}) (2, %[1]s))
 )
 * on (${disk})
