@@ -189,7 +189,7 @@ cut -d' ' -f2- <<<"$rows" | grep -qE "$settling_re" ||
 verdict_settling=$(cut -d' ' -f2- <<<"$rows" | grep -E "$settling_re" | grep -vE "$no_verdict_re" || true)
 [ -z "$verdict_settling" ] || { echo "demo-smoke: rows show a verdict on a class still settling:"; echo "$verdict_settling"; exit 1; }
 # Cells are padded to two spaces or more and none holds two: split there
-# (tests/demo smokeWrongVerdict does the same), the class is the first
+# (tests/demo runs this awk on the table's rows), the class is the first
 # word of the second cell, the verdict the fifth cell.
 wrong_verdict=$(cut -d' ' -f2- <<<"$rows" | awk -F '  +' '{
 	want = ($1 ~ /^demo-web\//) ? "web" : "mail"; split($2, class, " ")
