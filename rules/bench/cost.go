@@ -93,6 +93,18 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 		fmt.Println("# note: groups missed evaluations in the warm-up: the server did not keep up, its rules' inputs went stale between evaluations, " +
 			"and what the rules hold over time (the workload class's settling) restarted; the state costed is not the steady one")
 	}
+	// The rules that read the class (the pairing, the fleet, the pairs'
+	// alerts) read only settled ones: how many there are at the stop says
+	// how far from the steady state (every disk settled) the run is.
+	settled, err := s.queryCost(`count(domain_disk:fspair_workload_class:settled_ratio == 1)`, at)
+	if err != nil {
+		return err
+	}
+	classed, err := s.queryCost(`count(domain_disk:fspair_workload_class:info)`, at)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# at the stop %d of %d disks' workload classes had settled\n", settled.series, classed.series)
 	fmt.Printf("# a trivial query (count(vector(1))) costs %.2f ms of CPU (median of %d): the HTTP round's share of each rule's figure\n", median(base)*1000, len(base))
 	// The minimum beside the median: a Go garbage collection that a rule's
 	// allocations trigger runs on while the next rules are costed, so

@@ -23,7 +23,11 @@
 // (what evaluating it takes, however many cores other work holds) beside its
 // wall time. Per group and in total, these add up to what one evaluation of
 // every rule costs; the live evaluation times above are wall times of groups
-// that run at once and share the cores with everything else.
+// that run at once and share the cores with everything else. It says whether
+// every group kept up in the warm-up and how many disks' workload classes had
+// settled at the stop: at 10,000 disks on one core, 8,000 classes last
+// changed 4-5 minutes into the warm-up and settle 6 minutes later, so a
+// 10-minute warm-up stops short of the steady state (every class settled).
 //
 // The long-window rules read an hour of their own history; with a warm-up
 // shorter than the long window they read less and cost less than in steady
