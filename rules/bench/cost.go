@@ -290,7 +290,16 @@ func (s *server) groupHealth() ([]string, bool, error) {
 	type health struct{ iterations, missed, last float64 }
 	groups := map[string]*health{}
 	var order []string
+	// The head's size and the heap: what every query walks and what each
+	// garbage collection marks, to tell two servers' states apart.
+	server := map[string]string{}
 	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			switch f[0] {
+			case "prometheus_tsdb_head_series", "prometheus_tsdb_head_series_created_total", "prometheus_tsdb_head_chunks", "go_memstats_heap_inuse_bytes":
+				server[f[0]] = f[1]
+			}
+		}
 		name, rest, ok := strings.Cut(l, "{")
 		if !ok {
 			continue
@@ -332,6 +341,11 @@ func (s *server) groupHealth() ([]string, bool, error) {
 		h := groups[g]
 		behind = behind || h.missed > 0
 		out = append(out, fmt.Sprintf("warm-up: group %-24s %4.0f evaluations, %4.0f missed, last took %7.1f s", g, h.iterations, h.missed, h.last))
+	}
+	if len(server) > 0 {
+		out = append(out, fmt.Sprintf("server: head series %s (created %s), head chunks %s, heap in use %s bytes",
+			server["prometheus_tsdb_head_series"], server["prometheus_tsdb_head_series_created_total"],
+			server["prometheus_tsdb_head_chunks"], server["go_memstats_heap_inuse_bytes"]))
 	}
 	return out, behind, nil
 }

@@ -155,7 +155,8 @@ func TestQueryCost(t *testing.T) {
 
 // TestGroupHealth checks the warm-up report read from the server's own
 // metrics: per group (named without its file) its evaluations, missed ones
-// and last duration, and that a missed evaluation marks the run as behind.
+// and last duration, the head's and heap's size, and that a missed
+// evaluation marks the run as behind.
 func TestGroupHealth(t *testing.T) {
 	body := `# HELP prometheus_rule_group_iterations_total x
 prometheus_rule_group_iterations_total{rule_group="/r/fspair.rules.yml;fspair.disk"} 9
@@ -165,6 +166,9 @@ prometheus_rule_group_iterations_total{rule_group="/r/fspair.rules.yml;fspair.kd
 prometheus_rule_group_iterations_missed_total{rule_group="/r/fspair.rules.yml;fspair.kdb"} 0
 prometheus_rule_group_last_duration_seconds{rule_group="/r/fspair.rules.yml;fspair.kdb"} 0.4
 prometheus_tsdb_head_series 123
+prometheus_tsdb_head_series_created_total 130
+prometheus_tsdb_head_chunks 456
+go_memstats_heap_inuse_bytes 7.89e+06
 `
 	for _, c := range []struct {
 		missed string
@@ -181,6 +185,7 @@ prometheus_tsdb_head_series 123
 		want := []string{
 			"warm-up: group fspair.disk                 9 evaluations,    " + c.missed + " missed, last took   235.4 s",
 			"warm-up: group fspair.kdb                 10 evaluations,    0 missed, last took     0.4 s",
+			"server: head series 123 (created 130), head chunks 456, heap in use 7.89e+06 bytes",
 		}
 		if strings.Join(lines, "\n") != strings.Join(want, "\n") || behind != c.behind {
 			t.Errorf("missed %s: got behind %v and\n%s\nwant behind %v and\n%s", c.missed, behind, strings.Join(lines, "\n"), c.behind, strings.Join(want, "\n"))
