@@ -14,7 +14,11 @@ import (
 // distance selects one series per feature. The mean read size has no series
 // on a disk without reads; the distances count it as missing.
 var inputs = map[string]string{
-	classifier.ReadWriteLog2: fmt.Sprintf(`clamp(log2(%[1]s / (1 - %[1]s)), -%[2]d, %[2]d)`,
+	// log2(r / (1 - r)) as -log2(1 / r - 1), which selects the read share
+	// r once (its 8,000 series at 10,000 disks: 58 against 96 ms per
+	// evaluation); equal up to float rounding, and the same at both
+	// clamps (r = 1: +Inf, r = 0: -Inf).
+	classifier.ReadWriteLog2: fmt.Sprintf(`clamp(-log2(1 / %[1]s - 1), -%[2]d, %[2]d)`,
 		`sum without (op) (domain_disk:fspair_disk_requests:ratio_rate${w}{op="read"})`, classifier.RatioClamp),
 	classifier.ReadSizeLog2:   `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="read"}))`,
 	classifier.SyncWriteShare: `domain_disk:fspair_disk_sync_writes:ratio_rate${w}` + "\nor\n  0 * " + iopsRate,
