@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // costedRule is one rule's expression and its group.
@@ -283,64 +286,60 @@ func (s *server) groupHealth() ([]string, bool, error) {
 		return nil, false, fmt.Errorf("read %s's metrics: %w", s.name, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return nil, false, fmt.Errorf("read %s's metrics: %w", s.name, err)
 	}
+	value := func(m *dto.Metric) float64 {
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		}
+		return m.GetUntyped().GetValue()
+	}
 	type health struct{ iterations, missed, last float64 }
 	groups := map[string]*health{}
-	var order []string
-	// The head's size and the heap: what every query walks and what each
-	// garbage collection marks, to tell two servers' states apart.
-	server := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 2 {
-			switch f[0] {
-			case "prometheus_tsdb_head_series", "prometheus_tsdb_head_series_created_total", "prometheus_tsdb_head_chunks", "go_memstats_heap_inuse_bytes":
-				server[f[0]] = f[1]
+	for name, set := range map[string]func(*health, float64){
+		"prometheus_rule_group_iterations_total":        func(h *health, v float64) { h.iterations = v },
+		"prometheus_rule_group_iterations_missed_total": func(h *health, v float64) { h.missed = v },
+		"prometheus_rule_group_last_duration_seconds":   func(h *health, v float64) { h.last = v },
+	} {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "rule_group" {
+					continue
+				}
+				// The group label is file;name: the name alone, as the report names groups.
+				g := l.GetValue()[strings.LastIndexByte(l.GetValue(), ';')+1:]
+				if groups[g] == nil {
+					groups[g] = &health{}
+				}
+				set(groups[g], value(m))
 			}
 		}
-		name, rest, ok := strings.Cut(l, "{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		_, g, ok := strings.Cut(labels, `rule_group="`)
-		if !ok {
-			continue
-		}
-		g, _, _ = strings.Cut(g, `"`)
-		// The group label is file;name: the name alone, as the report names groups.
-		g = g[strings.LastIndexByte(g, ';')+1:]
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		h := groups[g]
-		if h == nil {
-			h = &health{}
-			groups[g] = h
-			order = append(order, g)
-		}
-		switch name {
-		case "prometheus_rule_group_iterations_total":
-			h.iterations = v
-		case "prometheus_rule_group_iterations_missed_total":
-			h.missed = v
-		case "prometheus_rule_group_last_duration_seconds":
-			h.last = v
-		}
+	}
+	order := make([]string, 0, len(groups))
+	for g := range groups {
+		order = append(order, g)
 	}
 	sort.Strings(order)
-	out := make([]string, 0, len(order))
+	out := make([]string, 0, len(order)+1)
 	behind := false
 	for _, g := range order {
 		h := groups[g]
 		behind = behind || h.missed > 0
 		out = append(out, fmt.Sprintf("warm-up: group %-24s %4.0f evaluations, %4.0f missed, last took %7.1f s", g, h.iterations, h.missed, h.last))
+	}
+	// The head's size and the heap: what every query walks and what each
+	// garbage collection marks, to tell two servers' states apart.
+	server := map[string]string{}
+	for _, name := range []string{"prometheus_tsdb_head_series", "prometheus_tsdb_head_series_created_total", "prometheus_tsdb_head_chunks", "go_memstats_heap_inuse_bytes"} {
+		if ms := fams[name].GetMetric(); len(ms) == 1 {
+			server[name] = strconv.FormatFloat(value(ms[0]), 'g', -1, 64)
+		}
 	}
 	if len(server) > 0 {
 		out = append(out, fmt.Sprintf("server: head series %s (created %s), head chunks %s, heap in use %s bytes",
