@@ -7,7 +7,10 @@
 // A disk is a point in a small feature space (Features): the read/write
 // ratio on a log scale, the mean read size on a log scale and the share of
 // durable writes. Each workload class is a box in that space, the range of
-// each feature its training models were measured at. A feature's distance
+// each feature its training models were measured at; a box whose every
+// range is one value is a centre, the candidate model's form
+// (rules/classes-candidate.yaml), and the distance from it counts how far
+// a disk lies from the class's typical window. A feature's distance
 // from a box is how far the value lies outside the box, divided by the
 // feature's scale (half the narrowest gap between the measured boxes the
 // feature separates), so one unit means the same on every axis; the class
@@ -70,6 +73,10 @@ var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare, Flushes
 // sizeFeatures are the mean request sizes: undefined without requests of
 // their kind, counted then as the end of the far ramp (MissingTerm).
 var sizeFeatures = map[string]bool{ReadSizeLog2: true, WriteSizeLog2: true}
+
+// SizeFeature reports whether f is a mean request size: undefined on a disk
+// without requests of its kind.
+func SizeFeature(f string) bool { return sizeFeatures[f] }
 
 // RatioClamp bounds ReadWriteLog2: 2^10 reads per write is read-only for
 // every class.
@@ -147,10 +154,20 @@ type Feature struct {
 // replace Box's on a disk with that guest file system: the features whose
 // meaning the guest file system changes (how it batches durable writes
 // into its journal or log, and the size it writes in).
+//
+// A range of one value is the class's centre: the distance from it is how
+// far the disk lies from the class's typical window.
+//
+// Missing, where given, is the squared distance c counts for a mean
+// request size the disk cannot show (no reads, or no writes) instead of
+// MissingTerm: a class whose own windows often lack it (rfa, whose reads
+// stay in the guest's cache after its layout) is not charged as far for
+// lacking it.
 type Class struct {
 	Name    string                           `yaml:"name"`
 	Box     map[string][2]float64            `yaml:"box"`
 	GuestFS map[string]map[string][2]float64 `yaml:"guest_fs,omitempty"`
+	Missing map[string]float64               `yaml:"missing,omitempty"`
 	Source  string                           `yaml:"source"`
 }
 
@@ -347,6 +364,14 @@ func (m *Model) Validate() error {
 				}
 			}
 		}
+		for f, v := range c.Missing {
+			if _, ok := c.Box[f]; !ok || !sizeFeatures[f] {
+				return fmt.Errorf("workload %s: missing on feature %q: want a mean request size its box has a range on", c.Name, f)
+			}
+			if !(v >= 0) {
+				return fmt.Errorf("workload %s: missing %s %v: must be 0 or more", c.Name, f, v)
+			}
+		}
 	}
 	return nil
 }
@@ -372,12 +397,22 @@ func (m *Model) BoxFeatures(c Class) []string {
 	return out
 }
 
-// MissingTerm is the squared distance the mean read size adds to a class with
-// a range on it when the disk has no reads: the end of the far ramp, so such
-// a class alone counts as far.
+// MissingTerm is the squared distance a mean request size adds to a class with
+// a range on it when the disk has no requests of its kind: the end of the far
+// ramp, so such a class alone counts as far.
 func (m *Model) MissingTerm() float64 {
 	hi := m.Far.Bounds()[1]
 	return hi * hi
+}
+
+// MissingOf returns the squared distance class c counts for the mean
+// request size f on a disk without requests of its kind: c's own, at most
+// MissingTerm.
+func (m *Model) MissingOf(c Class, f string) float64 {
+	if v, ok := c.Missing[f]; ok {
+		return math.Min(v, m.MissingTerm())
+	}
+	return m.MissingTerm()
 }
 
 // Term is the squared, scaled distance of value v from box b on a feature
@@ -397,7 +432,7 @@ func (m *Model) Distance(c Class, x map[string]float64, guestFS string) float64 
 	for _, f := range m.BoxFeatures(c) {
 		v, ok := x[f]
 		if !ok && sizeFeatures[f] {
-			sum += m.MissingTerm()
+			sum += m.MissingOf(c, f)
 			continue
 		}
 		if !ok {

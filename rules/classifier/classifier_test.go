@@ -182,3 +182,34 @@ func TestSoftmaxOver(t *testing.T) {
 		t.Errorf("unset softmax: over %s, want %s", m.SoftmaxOver(), OverSquared)
 	}
 }
+
+// TestMissingOf checks a class's own charge for a mean read size a disk
+// cannot show: it replaces the far ramp's end in the class's distance, and
+// is capped at that end, so that no class counts as farther for lacking a
+// feature than the model without missing: would.
+func TestMissingOf(t *testing.T) {
+	m := model(t)
+	writeOnly := Inputs(Counts{Writes: 100, WriteBytes: 100 * 32768, SyncWrites: 1, Flushes: 1})
+	rfa := m.Classes[3]
+	before := m.Distance(rfa, writeOnly, "")
+	rest := before*before - m.MissingTerm() // the other features' squared distances
+	rfa.Missing = map[string]float64{ReadSizeLog2: 2}
+	if got := m.Distance(rfa, writeOnly, ""); math.Abs(got*got-(rest+2)) > 1e-9 {
+		t.Errorf("missing read size charged 2: squared distance %v, want %v", got*got, rest+2)
+	}
+	rfa.Missing[ReadSizeLog2] = 1e6
+	if got := m.Distance(rfa, writeOnly, ""); math.Abs(got-before) > 1e-9 {
+		t.Errorf("missing read size charged 1e6: distance %v, want the far ramp's end's %v", got, before)
+	}
+	withReads := Inputs(Counts{Reads: 100, ReadBytes: 100 * 8192, Writes: 100, WriteBytes: 100 * 32768})
+	rfa.Missing[ReadSizeLog2] = 0
+	if got, want := m.Distance(rfa, withReads, ""), m.Distance(m.Classes[3], withReads, ""); got != want {
+		t.Errorf("a disk with reads: distance %v with missing: set, want %v: it counts only without reads", got, want)
+	}
+	bad := *m
+	bad.Classes = append([]Class(nil), m.Classes...)
+	bad.Classes[3].Missing = map[string]float64{SyncWriteShare: 1}
+	if err := bad.Validate(); err == nil {
+		t.Error("missing on the durable share, which is never undefined: want an error")
+	}
+}

@@ -37,12 +37,13 @@ var (
 	valuesRE = regexp.MustCompile(`^\S+?\+(\d+(?:\.\d+)?)x\d+`)
 )
 
-// steadyDisks reads the input series of rules/tests/workload.yml and returns,
+// steadyDisks reads the input series of the rule test at path (that of
+// rules/tests/workload.yml or one built from it) and returns,
 // per domain, the per-interval increment of the counters the classifier
 // reads, from the first segment of each series (what a 5m window sees at
 // 10m): requests by op, bytes by op and durable writes; and per domain its
 // guest file system (fspair_disk_info's guest_fs).
-func steadyDisks(t *testing.T) (map[string]map[string]float64, map[string]string) {
+func steadyDisks(t *testing.T, path string) (map[string]map[string]float64, map[string]string) {
 	t.Helper()
 	var f struct {
 		Tests []struct {
@@ -52,7 +53,7 @@ func steadyDisks(t *testing.T) (map[string]map[string]float64, map[string]string
 			} `yaml:"input_series"`
 		} `yaml:"tests"`
 	}
-	loadYAML(t, "../tests/workload.yml", &f)
+	loadYAML(t, path, &f)
 	disks := map[string]map[string]float64{}
 	guestFS := map[string]string{}
 	for _, s := range f.Tests[0].InputSeries {
@@ -112,7 +113,7 @@ func TestClassifierMatchesRules(t *testing.T) {
 		} `yaml:"tests"`
 	}
 	loadYAML(t, "../tests/workload.yml", &f)
-	disks, guestFS := steadyDisks(t)
+	disks, guestFS := steadyDisks(t, "../tests/workload.yml")
 	got := map[string]map[string]float64{} // expr -> domain/label value -> value
 	for e := range modelTests {
 		got[e] = map[string]float64{}
@@ -290,7 +291,10 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	if cut < 0 {
 		t.Fatal("rules/tests/workload.yml: no promql_expr_test")
 	}
-	text = text[:cut] + "    promql_expr_test:\n"
+	// One disk more: backup1's writes without its reads, as rfa whose
+	// reads stay in the guest's cache, so that each class's own charge
+	// for a missing mean read size (missing:) is checked too.
+	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + "    promql_expr_test:\n"
 	for _, expr := range append(sortedKeys(modelTests), "round(domain_disk:fspair_workload_class:confidence, 0.001)") {
 		// A placeholder sample: rewriteExpected replaces each case's
 		// samples up to the next case's line.
@@ -300,7 +304,42 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	if err := os.WriteFile(test, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	disks, guestFS := steadyDisks(t)
+	disks, guestFS := steadyDisks(t, test)
+	if _, ok := disks["wonly1"]; !ok {
+		t.Fatal("the write-only disk is not among the test's disks")
+	}
 	rewriteExpected(t, test, &th.Model, disks, guestFS)
+	b, err = os.ReadFile(test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its distance and its score from rfa.
+	if n := len(regexp.MustCompile(`labels: '\{[^']*domain="wonly1"[^']*class="rfa"\}'`).FindAll(b, -1)); n != 2 {
+		t.Fatalf("%d expected samples of the write-only disk for rfa, want its distance and score: its missing read size is not checked", n)
+	}
 	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
+}
+
+// writeOnlyDisk returns the input series of domain from in (a rule test's
+// input_series, two lines a series) as those of domain as, its read series
+// flat at 0.
+func writeOnlyDisk(t *testing.T, in, domain, as string) string {
+	t.Helper()
+	lines := strings.Split(in, "\n")
+	var out []string
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
+			continue
+		}
+		series := strings.ReplaceAll(lines[i], domain, as)
+		values := lines[i+1]
+		if strings.Contains(series, `op="read"`) {
+			values = regexp.MustCompile(`values: '.*'`).ReplaceAllString(values, "values: '0+0x45'")
+		}
+		out = append(out, series, values)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no input series of %s", domain)
+	}
+	return strings.Join(out, "\n") + "\n"
 }

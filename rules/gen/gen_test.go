@@ -597,8 +597,8 @@ func TestLongWindowRead(t *testing.T) {
 
 // TestCandidateValidation checks what only the fitted candidate model
 // (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
-// ranges per guest file system, a softmax and its temperature, each refused
-// when malformed.
+// ranges per guest file system, a softmax and its temperature, a class's own
+// charge for a missing request size, each refused when malformed.
 func TestCandidateValidation(t *testing.T) {
 	base, err := os.ReadFile("../classes-candidate.yaml")
 	if err != nil {
@@ -614,6 +614,8 @@ func TestCandidateValidation(t *testing.T) {
 		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
 		{"softmax over an unknown", `(?m)^softmax:\n  over: [a-z_]+\n`, "softmax:\n  over: cube\n"},
 		{"softmax without source", `(?m)^(softmax:\n  over: [a-z_]+\n  )source:`, "${1}sourcex:"},
+		{"missing on a feature other than a request size", `(?m)^    missing:\n      read_size_log2:`, "    missing:\n      sync_write_share:"},
+		{"negative missing", `(?m)^(    missing:\n      read_size_log2: )[0-9.]+`, "${1}-1"},
 	} {
 		re := regexp.MustCompile(c.re)
 		loc := re.FindStringIndex(string(base))

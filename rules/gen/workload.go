@@ -71,7 +71,7 @@ func distanceExpr(m *classifier.Model, c classifier.Class) string {
 			term = "(" + strings.Join(append(per, term), " or ") + ")"
 		}
 		if f == classifier.ReadSizeLog2 || f == classifier.WriteSizeLog2 {
-			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingTerm()))
+			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
 		}
 		terms = append(terms, term)
 	}
@@ -85,6 +85,10 @@ func distanceExpr(m *classifier.Model, c classifier.Class) string {
 // boxTerm is the squared, scaled distance of a disk's feature f from the
 // range b on a feature of scale s.
 func boxTerm(f string, b [2]float64, s float64) string {
+	if b[0] == b[1] {
+		// A range of one value (a class's centre): no inside to clamp.
+		return fmt.Sprintf("((%s - %s) / %s) ^ 2", featureSel(f), signed(b[0]), num(s))
+	}
 	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
 }
 

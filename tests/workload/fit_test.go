@@ -29,31 +29,49 @@ func synthetic(w Workload, pair string, end, rw, readKiB, writeKiB, durable, flu
 		Inputs: x, IOPS: 300, Settled: end >= 180, Source: "filebench"}
 }
 
-// TestFit checks what Fit promises: every settled training window lies
+// boxFit is DefaultFit with boxes (5-95% of a class's windows, half a
+// unit of margin) instead of centres, and every class charged the far
+// ramp's end for a missing mean request size: the form the candidate had
+// before centres, which Fit still fits.
+var boxFit = func() FitOptions {
+	o := DefaultFit
+	o.Quantile, o.Margin, o.Missing = 0.05, 0.5, false
+	return o
+}()
+
+// mailAndFileserver returns a mail and a fileserver window on each pair at
+// each end, a little apart from pair to pair; mail's writes durable at
+// durable, on a btrfs guest at 0.1, as its log batches the fsyncs.
+func mailAndFileserver(pairs []string, ends []float64, durable float64) []Observation {
+	var obs []Observation
+	for i, pair := range pairs {
+		d := float64(i) * 0.02
+		dur := durable - d
+		if GuestFS(pair) == "btrfs" {
+			dur = 0.1 + d
+		}
+		for _, end := range ends {
+			obs = append(obs,
+				synthetic(Mail, pair, end, 1+d, 12, 20, dur, dur/2),
+				synthetic(Fileserver, pair, end, 0.5+d, 100, 64, 0.01, 0.001))
+		}
+	}
+	return obs
+}
+
+// TestFit checks what Fit promises with boxes: every settled training window lies
 // inside its class's box (ranges of its own guest file system where it has
 // them), per-guest ranges appear only with enough runs, a class without
 // windows keeps the base box, and windows that are idle at the host or not
 // settled train nothing.
 func TestFit(t *testing.T) {
 	base := liveModel(t)
-	var obs []Observation
-	for i, pair := range []string{"ext4/xfs/raw", "xfs/ext4/qcow2", "btrfs/btrfs/raw", "btrfs/xfs/raw"} {
-		d := float64(i) * 0.02
-		durable := 0.9 - d
-		if GuestFS(pair) == "btrfs" {
-			durable = 0.1 + d // the guest's log batches the fsyncs
-		}
-		for _, end := range []float64{60, 210, 240} {
-			obs = append(obs,
-				synthetic(Mail, pair, end, 1+d, 12, 20, durable, durable/2),
-				synthetic(Fileserver, pair, end, 0.5+d, 100, 64, 0.01, 0.001))
-		}
-	}
+	obs := mailAndFileserver([]string{"ext4/xfs/raw", "xfs/ext4/qcow2", "btrfs/btrfs/raw", "btrfs/xfs/raw"}, []float64{60, 210, 240}, 0.9)
 	// A mail window that trains nothing: the host saw almost nothing.
 	quiet := synthetic(Mail, "ext4/ext4/raw", 300, 50, 4, 4, 0, 0)
 	quiet.IOPS = 0.5
 	obs = append(obs, quiet)
-	m, err := Fit(base, obs, DefaultFit)
+	m, err := Fit(base, obs, boxFit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +207,7 @@ func TestFitLeavesOutContradictingFio(t *testing.T) {
 				fio(synthetic(Fileserver, pair, end, 0.5+d, 96, 64, 0.01, 0.001)))
 		}
 	}
-	m, err := Fit(base, obs, DefaultFit)
+	m, err := Fit(base, obs, boxFit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,5 +220,71 @@ func TestFitLeavesOutContradictingFio(t *testing.T) {
 	}
 	if b := mail.Box[classifier.ReadSizeLog2]; b[1] > 15 {
 		t.Errorf("mail's read-size box %v reaches the fio windows' 100 KiB (log2 16.6)", b)
+	}
+}
+
+// TestFitCentres checks what Fit promises with DefaultFit's centres: each
+// class is the median of its settled windows (one value per feature), a
+// guest file system gets a centre of its own only where it lies
+// GuestShift units or more from the centre over every guest, a class some
+// of whose windows lack reads counts -2 ln of their share for lacking
+// them (a class with reads on every window: the far ramp's end), and the
+// training windows are classed right by the model fitted on them.
+func TestFitCentres(t *testing.T) {
+	base := liveModel(t)
+	pairs := []string{"ext4/xfs/raw", "ext4/btrfs/qcow2", "btrfs/btrfs/raw", "btrfs/xfs/raw"}
+	obs := mailAndFileserver(pairs, []float64{210, 240, 270}, 0.5)
+	for i, pair := range pairs {
+		d := float64(i) * 0.02
+		for _, end := range []float64{210, 240, 270} {
+			// rfa whose reads stay in the guest's cache on 2 of its 12
+			// windows: write-only at the host.
+			rw, kib := 4+d, 8.0
+			if end == 270 && i%2 == 0 {
+				rw, kib = 0, 0
+			}
+			obs = append(obs, synthetic(RFA, pair, end, rw, kib, 32, 0.02, 0.01))
+		}
+	}
+	m, err := Fit(base, obs, DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range m.Classes[1:] { // web has no windows: base's box
+		for f, b := range c.Box {
+			if b[0] != b[1] {
+				t.Errorf("%s: %s range %v, want a centre", c.Name, f, b)
+			}
+		}
+	}
+	mail := classOf(t, m, "mail")
+	if b := mail.Box[classifier.ReadWriteLog2]; math.Abs(b[0]-math.Log2(1.03)) > 0.02 {
+		t.Errorf("mail's read/write centre %v, want the median window's log2(1.03)", b)
+	}
+	if _, ok := mail.GuestFS["btrfs"][classifier.SyncWriteShare]; !ok {
+		t.Errorf("mail's durable share on btrfs lies far from every guest's: want a btrfs centre, got %v", mail.GuestFS)
+	}
+	if _, ok := mail.GuestFS["ext4"][classifier.SyncWriteShare]; !ok {
+		t.Errorf("mail's durable share on ext4 lies far from every guest's: want an ext4 centre, got %v", mail.GuestFS)
+	}
+	if fs := classOf(t, m, "fileserver"); len(fs.GuestFS) != 0 {
+		t.Errorf("fileserver is the same on every guest: want no guest centres, got %v", fs.GuestFS)
+	}
+	// rfa: 2 of its 12 windows lack reads.
+	rfa := classOf(t, m, "rfa")
+	if v, ok := rfa.Missing[classifier.ReadSizeLog2]; !ok || math.Abs(v-round2(-2*math.Log(2.0/12))) > 1e-9 {
+		t.Errorf("rfa's missing read size: %v (set %v), want -2 ln(2/12)", v, ok)
+	}
+	if _, ok := mail.Missing[classifier.ReadSizeLog2]; ok {
+		t.Errorf("mail reads on every window: want no missing read size of its own, got %v", mail.Missing)
+	}
+	writeOnly := classifier.Inputs(classifier.Counts{Writes: 300, WriteBytes: 300 * 32 << 10, SyncWrites: 6, Flushes: 3})
+	if r := m.Classify(writeOnly, 300, "xfs"); r.Distances["rfa"] >= r.Distances["mail"] || r.Distances["rfa"] >= r.Distances["fileserver"] {
+		t.Errorf("a write-only rfa window: distances %v, want rfa nearest", r.Distances)
+	}
+	for _, e := range Evaluate(m, obs) {
+		if e.Settled && !e.Right() {
+			t.Errorf("fitted window %s on %s at %.0f s: %s (distances %v)", e.Truth, e.Pair, e.End, e.Class, e.Distances)
+		}
 	}
 }

@@ -176,6 +176,14 @@ func modelYAML(m *classifier.Model) string {
 				}
 			}
 		}
+		if len(c.Missing) > 0 {
+			b.WriteString("    missing:\n")
+			for _, f := range m.BoxFeatures(c) {
+				if v, ok := c.Missing[f]; ok {
+					fmt.Fprintf(&b, "      %s: %g\n", f, v)
+				}
+			}
+		}
 		fmt.Fprintf(&b, "    source: >-\n      %s\n", c.Source)
 	}
 	return b.String()
@@ -265,7 +273,12 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 // candidateHeader opens the candidate model's file.
 const candidateHeader = `# The candidate classifier: rules/classes.yaml with its mixed and far ramps,
 # features and workload boxes replaced by the fit on the Filebench runs and
-# the fio models (the FITTED block), and a softmax and its temperature. Written by
+# the fio models (the FITTED block), and a softmax and its temperature. Each
+# fitted class is a centre, not a box: every range of its box is one value,
+# the median of its windows (per guest file system where guest_fs gives
+# one), and its distance how many feature scales a disk lies from it; its
+# missing: entries are what it counts for a mean request size a disk
+# cannot show, learnt from its own windows. Written by
 # go run ./tests/workload/filebench -fit -write; do not edit. The rules are
 # generated from rules/classes.yaml, not from this file, until the candidate's
 # held-out figures (rules/README.md) meet issue 37's targets.
