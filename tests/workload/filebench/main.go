@@ -72,6 +72,7 @@ type Options struct {
 	Lock          string
 	ReportOnly    bool
 	Fit           bool
+	Lab           bool
 	Write         bool
 	Fio           string
 	RulesReadme   string
@@ -121,7 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
 	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
-	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -candidate and the evaluation into -rules-readme")
+	fs.BoolVar(&o.Lab, "lab", false, "class every recorded window that is not Filebench's (fio models, variants, real programs, the switch, the pair lab's runs, the tests' synthetic disks) with -classes and with -candidate, and print the tables and what the lab tests and the demo assert on them; no guests")
+	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -candidate and the evaluation into -rules-readme; with -lab: write its tables into -rules-readme")
 	fs.StringVar(&o.RulesReadme, "rules-readme", "rules/README.md", "where -fit -write puts the leave-one-pair-out tables")
 	fs.StringVar(&o.Candidate, "candidate", "rules/classes-candidate.yaml", "where -fit -write puts the fitted model: -classes with its far ramp, features and boxes replaced")
 	fs.StringVar(&o.Fio, "fio", "tests/workload/testdata/features.json", "the fio models' runs, fitted on beside Filebench's (\"\": none)")
@@ -226,6 +228,9 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 	command := "go run ./tests/workload/filebench " + strings.Join(args, " ")
 	if o.Fit {
 		return fit(cls.Model, res, o, stdout)
+	}
+	if o.Lab {
+		return labReport(o, stdout)
 	}
 	if o.ReportOnly {
 		reclassify(cls, res, o)

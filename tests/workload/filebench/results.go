@@ -322,6 +322,12 @@ func Tally(ws []Window, phase string) string {
 			n[w.Held]++
 		}
 	}
+	return countText(n)
+}
+
+// countText spells counts by class as "fileserver 7, mixed 2", most
+// first, ties by name.
+func countText(n map[string]int) string {
 	keys := make([]string, 0, len(n))
 	for k := range n {
 		keys = append(keys, k)
