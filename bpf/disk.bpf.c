@@ -41,15 +41,18 @@ static __always_inline u64 io_uring_len(struct io_kiocb *req, u8 opcode)
 }
 
 /*
- * aio=io_uring: the request is traced where it is submitted, in the
+ * aio=io_uring in the syscall mode, which has no hook where the file system
+ * sees a request: the request is traced where it is submitted, in the
  * submitting thread (so the fd resolves in its file table), and completed by
- * the same struct io_kiocb, wherever it ran: inline, after a poll, or punted
- * to an iou-wrk thread. Every process's submissions pass here and no file
- * is known before the walk of the fd table (three probe reads): the process
- * is looked up first (vmm_tgids), which costs another process's submission
- * less than the walk (measured on this host: 70-96 ns a run against
- * 222-272 ns with the walk first), and the image's own VMM once the file
- * is found.
+ * the same struct io_kiocb (io_uring_done), wherever it ran: inline, after a
+ * poll, or punted to an iou-wrk thread. Every process's submissions pass
+ * here and no file is known before the walk of the fd table (three probe
+ * reads): the process is looked up first (vmm_tgids), which costs another
+ * process's submission less than the walk (measured on this host: 70-96 ns
+ * a run against 222-272 ns with the walk first), and the image's own VMM
+ * once the file is found. The fentry and tracepoint modes follow reads and
+ * writes at the kiocb instead (disk.h uring_enter), flushes at the file
+ * systems' fsync: no walk, and registered (fixed) files too.
  */
 static __always_inline int uring_submit(struct io_kiocb *req)
 {
@@ -115,6 +118,8 @@ int io_uring_submit_sqe(u64 *ctx)
 }
 
 /*
+ * The completion of a request in inflight_uring, whichever mode put it
+ * there: the CQE's result is the whole request's.
  * io_uring_complete(ctx, req, cqe) since v6.14; before,
  * io_uring_complete(ctx, req, user_data, res, cflags, extra1, extra2).
  * User space reads the running kernel's prototype and sets this.
@@ -139,17 +144,31 @@ int io_uring_done(u64 *ctx)
 	return 0;
 }
 
+/*
+ * io_uring_queue_async_work(req, rw): a request goes to an io-wq worker, on
+ * a hook of its own in every mode. The file is the request's once an
+ * attempt has been made (io_assign_file at issue): the punts that matter,
+ * a no-wait attempt that could not go on, are found by the file's super
+ * block and the one lookup, before or without any record of the request
+ * (the tracepoint mode sees no attempt that fails before iomap). A request
+ * forced to a worker before any attempt (IOSQE_ASYNC) has no file yet and
+ * is not counted.
+ */
 SEC("tp_btf/io_uring_queue_async_work")
 int io_uring_punt(u64 *ctx)
 {
-	u64 key = ctx[0];
-	struct inflight *rec = bpf_map_lookup_elem(&inflight_uring, &key);
+	struct io_kiocb *req = (void *)ctx[0];
+	struct file *f = req->file;
+	struct image_ref *img;
 	struct counters *st;
 	u32 slot;
 
-	if (!rec)
+	if (!f)
 		return 0;
-	slot = rec->slot;
+	img = followed_image(f->f_inode);
+	if (!img)
+		return 0;
+	slot = img->slot;
 	st = bpf_map_lookup_elem(&disk_stats, &slot);
 	if (st)
 		inc(&st->io_uring_punted, 1);

@@ -557,7 +557,6 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	rec->slot = slot;
 	rec->op = op;
 	rec->format = 0;
-	rec->shadow = 0;
 	rec->timed = timed;
 
 	if ((op == OP_READ || op == OP_WRITE) && format_metadata(slot, pos)) {
@@ -817,14 +816,12 @@ static __always_inline void cache_account(struct io_task *t, s64 ret)
 	inc(&st->op[OP_WRITE].cache_bytes[CACHE_HIT], ret - dirtied);
 }
 
-/* A synchronous call ended with ret: count it, unless another program does, and clear it. */
+/* A synchronous call ended with ret: count it and clear it. */
 static __always_inline void call_finish(struct io_task *t, s64 ret)
 {
-	if (!t->call.shadow) {
-		complete(&t->call, ret);
-		if (ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
-			cache_account(t, ret);
-	}
+	complete(&t->call, ret);
+	if (ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
+		cache_account(t, ret);
 	if (t->call.dev)
 		flush_window_close(t->call.dev);
 	t->call.start_ns = 0;
@@ -964,12 +961,61 @@ static __always_inline bool aio_kiocb_again(u64 kio, u64 pos, u8 op, bool direct
 }
 
 /*
+ * Is the kiocb an io_uring read's or write's: it completes through
+ * io_uring's callbacks (kiocb_iface's addresses). When the kernel hides
+ * them, none is, and io_uring's requests are followed as linux-aio's are,
+ * to their kiocb's completion.
+ */
+static __always_inline bool uring_kiocb(struct kiocb *iocb)
+{
+	u64 fn = (u64)iocb->ki_complete;
+
+	return fn && (fn == io_uring_complete_fn || fn == io_uring_iopoll_fn);
+}
+
+/*
+ * An io_uring read or write reached the file system (the fentry and
+ * tracepoint modes; the syscall mode follows io_uring at submission, where
+ * it must walk the fd table). The kiocb is the io_kiocb's first member
+ * (io_uring/rw.h: struct io_rw overlays io_kiocb.cmd, which starts it since
+ * v6.0), so io_uring_done finds the request by the same key at its
+ * completion, whose CQE gives its whole result. The file system may see one
+ * request more than once: a no-wait attempt in the submitter that returns
+ * -EAGAIN, then again in an io-wq worker or after a poll, and a short
+ * buffered read goes on with the rest at a later position: the first sight
+ * counts it and starts its latency, the others find it here. An entry that
+ * is not this request (another op, or a position outside it) is one whose
+ * completion the programs missed, its io_kiocb since reused.
+ *
+ * What the latency is, then: from the file system's first sight of the
+ * request to its CQE. The time the request waited in the submission ring
+ * is not in it, nor io-wq's queueing of a request forced to a worker before
+ * any attempt (IOSQE_ASYNC, which QEMU does not set); io-wq's queueing
+ * after a no-wait attempt is.
+ */
+static __always_inline void uring_enter(struct kiocb *iocb, u32 slot, u8 op, u64 len, bool dsync)
+{
+	u64 kio = (u64)iocb, pos = iocb->ki_pos;
+	struct inflight rec = {}, *old;
+
+	old = bpf_map_lookup_elem(&inflight_uring, &kio);
+	if (old) {
+		if (old->op == op && pos >= old->pos && pos - old->pos <= old->len)
+			return;
+		drop(DROP_COMPLETION_UNSEEN);
+	}
+	if (!submit(&rec, slot, op, pos, len, IFACE_IO_URING, dsync, true))
+		return;
+	if (bpf_map_update_elem(&inflight_uring, &kio, &rec, BPF_ANY))
+		drop(DROP_INFLIGHT_FULL);
+}
+
+/*
  * A read or write of len bytes reached the file system. A synchronous call
  * is parked in the thread's storage until its end (rw_exit, or iomap's
  * completion in the tracepoint mode); a linux-aio request in inflight_aio by
- * kiocb until it completes, wherever that is. io_uring's requests are
- * counted by the io_uring tracepoints: here they only mark the thread's
- * direct I/O for the host programs. A direct write that XFS retries under
+ * kiocb until it completes, wherever that is; an io_uring request in
+ * inflight_uring until its CQE (uring_enter). A direct write that XFS retries under
  * another lock reaches here twice and is submitted once. iomap: the hook is
  * iomap's begin (the tracepoint mode), which may not be followed by its
  * completion (see aio_call_begins); the fentry mode sees every call return.
@@ -995,6 +1041,10 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (t && direct)
 		t->dio_owner = slot + 1;
+	if (uring_kiocb(iocb)) {
+		uring_enter(iocb, slot, op, len, dsync);
+		return;
+	}
 	if (!iocb->ki_complete) {
 		if (!t) {
 			drop(DROP_INFLIGHT_FULL);
@@ -1018,14 +1068,12 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 		t->cause = direct ? CAUSE_DIRECT : 0;
 		return;
 	}
-	if (bpf_map_lookup_elem(&inflight_uring, &kio))
-		return;
 	if (iomap)
 		aio_call_ended(t, kio);
 	else if (t)
 		t->aio_kio = kio; /* inside its call until rw_exit (see dio_completed) */
 	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct)) {
-		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try). */
+		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try, uring_kiocb). */
 		struct inflight *again = iomap ? bpf_map_lookup_elem(&inflight_aio, &kio) : NULL;
 
 		if (again)
@@ -1062,9 +1110,9 @@ static __always_inline void request_untimed(u32 slot, u8 op, u64 pos, u64 len, u
  * A flush of a file reached the file system (vfs_fsync_range, or a file
  * system's fsync tracepoint). Not followed when the thread is inside a
  * write on the same image: that is the sync an O_DSYNC write does for
- * itself. io_uring's flushes run in its workers and are counted by its
- * tracepoints; the worker is only marked, so that the flush's device writes
- * are still charged to the disk.
+ * itself. io_uring's flushes (IORING_OP_FSYNC) run here in its workers
+ * (iou-wrk, task_iface) and are counted here like any other, timed from
+ * the file system's call: io-wq's queueing before it is not in the latency.
  */
 static __always_inline void flush_enter(struct file *f)
 {
@@ -1083,14 +1131,8 @@ static __always_inline void flush_enter(struct file *f)
 	}
 	if (t->call.start_ns && t->call.op == OP_WRITE && t->inode == (u64)inode)
 		return;
-	if (task_iface() == IFACE_IO_URING) {
-		rec.start_ns = bpf_ktime_get_ns();
-		rec.slot = img->slot;
-		rec.op = OP_FLUSH;
-		rec.shadow = 1;
-	} else if (!submit(&rec, img->slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false, true)) {
+	if (!submit(&rec, img->slot, OP_FLUSH, 0, 0, task_iface(), false, true))
 		return;
-	}
 	if (!rec.format)
 		flush_window_open(&rec, f);
 	t->call = rec;

@@ -80,8 +80,8 @@ type DiskInflight struct {
 	Slot    uint32
 	Op      uint8
 	Format  uint8
-	Shadow  uint8
 	Timed   uint8
+	_       [1]byte
 	Tgid    uint32
 	Dev     uint32
 }

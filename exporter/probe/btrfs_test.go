@@ -13,7 +13,7 @@ import (
 	"github.com/fspair/fspair/exporter/hostfs"
 )
 
-func sh(t *testing.T, name string, args ...string) string {
+func sh(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -48,7 +48,7 @@ func testFS(t *testing.T, fs string) (dev, dir string) {
 
 // loopDevice attaches a sparse file of sizeMiB at backing to a loop device;
 // the test's cleanup detaches it.
-func loopDevice(t *testing.T, backing string, sizeMiB int64) string {
+func loopDevice(t testing.TB, backing string, sizeMiB int64) string {
 	t.Helper()
 	if err := os.WriteFile(backing, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func loopDevice(t *testing.T, backing string, sizeMiB int64) string {
 
 // loopFS makes a file system of sizeMiB with mkfs on a loop device and
 // mounts it; the test's cleanup unmounts and detaches it.
-func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
+func loopFS(t testing.TB, mkfs string, sizeMiB int64) (loop, mnt string) {
 	t.Helper()
 	dir := t.TempDir()
 	loop = loopDevice(t, filepath.Join(dir, "fs.img"), sizeMiB)

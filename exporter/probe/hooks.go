@@ -75,8 +75,11 @@ var (
 // programs is every program of the disk and host objects. A program that
 // is not here is a build error caught by TestProgramTable.
 var programs = []program{
-	// Every mode: io_uring, registration, and the host block layer.
-	{name: bpf.DiskProgIoUringSubmit, alt: bpf.DiskProgIoUringSubmitSqe},
+	// Every mode: io_uring's completion and punts, registration, and the
+	// host block layer. io_uring's submission only in the syscall mode:
+	// the others see its reads and writes at the kiocb (bpf/disk.h
+	// uring_enter), which needs no walk of the fd table.
+	{name: bpf.DiskProgIoUringSubmit, modes: syscallOnly, alt: bpf.DiskProgIoUringSubmitSqe},
 	{name: bpf.DiskProgIoUringDone},
 	{name: bpf.DiskProgIoUringPunt},
 	{name: bpf.DiskProgRegisterImage},
@@ -281,10 +284,29 @@ var ioURing = []string{bpf.DiskProgIoUringSubmit, bpf.DiskProgIoUringDone}
 // takes in mode m, or ok=false when no program of the mode can see it.
 // kernel is the running kernel's version (major, minor).
 func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need, bool) {
-	if path == PathIOURing {
-		return need{all: ioURing}, true
-	}
 	rw := op == "read" || op == "write"
+	if path == PathIOURing {
+		if m == ModeSyscall {
+			return need{all: ioURing}, true
+		}
+		// The fentry and tracepoint modes see io_uring's reads and writes
+		// where they see the threads' of the same cache mode, done at
+		// io_uring's completion; its flushes and fallocates run in its
+		// workers through the same hooks as the threads'.
+		if !rw {
+			return requirement(m, fs, op, PathSyscall, cache, kernel)
+		}
+		var all []string
+		for _, p := range cachePaths(cache) {
+			n, ok := requirement(m, fs, op, p, cache, kernel)
+			if !ok {
+				return need{}, false
+			}
+			all = append(all, n.all...)
+		}
+		slices.Sort(all)
+		return need{all: append(slices.Compact(all), bpf.DiskProgIoUringDone)}, true
+	}
 	switch m {
 	case ModeFentry:
 		progs, ok := fentryFS[fs]
