@@ -1024,7 +1024,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 {
 	struct file *f = iocb->ki_filp;
 	struct inode *inode = f->f_inode;
-	u64 kio = (u64)iocb, id;
+	u64 kio = (u64)iocb;
 	struct inflight rec = {};
 	struct image_ref *img;
 	struct io_task *t;
@@ -1035,7 +1035,6 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	if (!img)
 		return;
 	slot = img->slot;
-	id = bpf_get_current_pid_tgid();
 	direct = f->f_flags & O_DIRECT;
 	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -1082,7 +1081,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	}
 	if (!submit(&rec, slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync, true))
 		return;
-	rec.tgid = id >> 32;
+	rec.tgid = bpf_get_current_pid_tgid() >> 32;
 	if (iomap)
 		aio_call_begins(&rec, kio, t);
 	if (bpf_map_update_elem(&inflight_aio, &kio, &rec, BPF_NOEXIST)) {

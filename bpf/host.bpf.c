@@ -190,19 +190,35 @@ volatile const u64 bio_chain_end_io_fn = 0;
  * The block programs run for every bio and request of the host, most of
  * them on devices no image lives on: they leave after comparing the device
  * (dev_t) with this short list of the followed ones, before any map lookup,
- * task storage or other helper call. With more devices than slots the list
- * is off and host_devices decides. Written by user space.
+ * task storage or other helper call. Each entry holds the device's slot
+ * above its dev_t (slot << 32 | dev), so that the programs that need the
+ * slot take it from here, without host_devices' lookup. With more devices
+ * than slots the list is off and host_devices decides. Written by user space.
  */
 u64 followed_devs[FILTER_SLOTS] = {};
 u32 followed_dev_count = 0;
 
+/* The device slot of a followed device, or -1. */
+static __always_inline s64 followed_dev_slot(u32 dev)
+{
+	u32 n = followed_dev_count, i, *slot;
+
+	if (n > FILTER_SLOTS) {
+		slot = bpf_map_lookup_elem(&host_devices, &dev);
+		return slot ? *slot : -1;
+	}
+	for (i = 0; i < FILTER_SLOTS; i++) {
+		if (i >= n)
+			break;
+		if ((u32)followed_devs[i] == dev)
+			return followed_devs[i] >> 32;
+	}
+	return -1;
+}
+
 static __always_inline bool dev_followed(u32 dev)
 {
-	u32 n = followed_dev_count;
-
-	if (n > FILTER_SLOTS)
-		return bpf_map_lookup_elem(&host_devices, &dev) != NULL;
-	return filter_has(followed_devs, n, dev);
+	return followed_dev_slot(dev) >= 0;
 }
 
 /*
@@ -210,26 +226,16 @@ static __always_inline bool dev_followed(u32 dev)
  * so fields are read with plain (fault-safe) loads, not probe-read calls.
  */
 
-static __always_inline u32 *device_slot(struct block_device *bdev)
-{
-	u32 dev;
-
-	if (!bdev)
-		return NULL;
-	dev = bdev->bd_dev;
-	if (!dev_followed(dev))
-		return NULL;
-	return bpf_map_lookup_elem(&host_devices, &dev);
-}
-
-/* The device of a request: its partition, or for flush requests (no part) the whole disk. */
-static __always_inline u32 *rq_device_slot(struct request *rq)
+/* The device slot of a request's device, its partition or for flush requests (no part) the whole disk; -1 if not followed. */
+static __always_inline s64 rq_device_slot(struct request *rq)
 {
 	struct block_device *part = rq->part;
 
 	if (!part)
 		part = rq->q->disk->part0;
-	return device_slot(part);
+	if (!part)
+		return -1;
+	return followed_dev_slot(part->bd_dev);
 }
 
 static __always_inline u32 rq_index(struct request *rq, u32 dev)
@@ -398,7 +404,12 @@ int host_bio_queue(u64 *ctx)
 	if (!bio->bi_bdev || !dev_followed(bio->bi_bdev->bd_dev))
 		return 0;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
-	if (!t || !t->call.start_ns)
+	/*
+	 * A VMM thread's bio outside a call is its own queued direct I/O
+	 * (dio_owner: linux-aio, io_uring, iomap's begin in the tracepoint
+	 * mode), never a commit written for another's flush: no window lookup.
+	 */
+	if (!t || (!t->call.start_ns && !t->dio_owner))
 		journal_bio(bio, opf);
 	if (!t || !(t->call.start_ns || t->dio_owner))
 		return 0;
@@ -449,18 +460,32 @@ SEC("tp_btf/block_rq_issue")
 int host_rq_issue(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
-	u32 *dev = rq_device_slot(rq), i;
+	s64 dev = rq_device_slot(rq);
 	struct rq_issue *slot;
+	u32 i;
 
-	if (!dev)
+	if (dev < 0)
 		return 0;
-	i = rq_index(rq, *dev);
+	i = rq_index(rq, dev);
 	slot = bpf_map_lookup_elem(&rq_issued, &i);
 	if (!slot)
 		return 0;
 	slot->rq = (u64)rq;
 	slot->issue_ns = bpf_ktime_get_ns();
 	return 0;
+}
+
+/* The disk slot + 1 of the tracked image an iomap direct request is on, else 0. */
+static __always_inline u32 dio_image_owner(struct iomap_dio *dio)
+{
+	struct image_ref *img;
+	u64 key;
+
+	if (!dio)
+		return 0;
+	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	return img ? img->slot + 1 : 0;
 }
 
 /*
@@ -470,9 +495,7 @@ int host_rq_issue(u64 *ctx)
  */
 static __always_inline u32 dio_bio_owner(struct bio *bio)
 {
-	struct image_ref *img;
-	struct iomap_dio *dio;
-	u64 end_io, key;
+	u64 end_io;
 	u32 i;
 
 	/* bi_private is a void pointer: the walk reads through probe reads. */
@@ -488,12 +511,7 @@ static __always_inline u32 dio_bio_owner(struct bio *bio)
 	}
 	if (i == 3)
 		return 0;
-	dio = BPF_CORE_READ(bio, bi_private);
-	if (!dio)
-		return 0;
-	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
-	img = bpf_map_lookup_elem(&disk_by_inode, &key);
-	return img ? img->slot + 1 : 0;
+	return dio_image_owner(BPF_CORE_READ(bio, bi_private));
 }
 
 /*
@@ -505,6 +523,16 @@ static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covere
 	u64 key = (u64)bio;
 	u32 kind, *dio;
 
+	/*
+	 * iomap's own direct I/O bios first, the bulk of a cache=none disk's:
+	 * their pages are the VMM's memory, never page cache nor metadata, and
+	 * they are never tagged (host_bio_queue), so the page's probe reads and
+	 * the tag's lookup would find nothing. The bio names its request.
+	 */
+	if (iomap_dio_end_io_fn && (u64)bio->bi_end_io == iomap_dio_end_io_fn) {
+		*owner = dio_image_owner(bio->bi_private);
+		return *owner ? KIND_DATA : KIND_OTHER;
+	}
 	kind = bio_kind(bio, bio->bi_opf, owner);
 	if (kind != KIND_OTHER)
 		return kind;
@@ -584,16 +612,17 @@ int host_rq_complete(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
 	u32 nr_bytes = (u32)ctx[2];
-	u32 *devp = rq_device_slot(rq), dev, op, kind, dir, owner = 0, i;
+	s64 devslot = rq_device_slot(rq);
+	u32 dev, op, kind, dir, owner = 0, i;
 	u64 service = 0, queue = 0, start, issue;
 	struct device_counters *dc;
 	struct image_device_counters *ic;
 	struct rq_issue *slot;
 	bool last, queued = false;
 
-	if (!devp)
+	if (devslot < 0)
 		return 0;
-	dev = *devp;
+	dev = devslot;
 	dc = bpf_map_lookup_elem(&device_stats, &dev);
 	if (!dc)
 		return 0;

@@ -111,7 +111,7 @@ type Probes struct {
 	sbRefs map[uint64]int    // super block -> tracked images on it
 	inodes map[uint64]uint64 // tracked inode -> its super block (for Untrack)
 	slots  map[uint32]uint64 // tracked slot -> its inode (for SetVMM)
-	devs   map[uint64]bool   // followed block devices (dev_t), the block programs' first filter
+	devs   map[uint64]uint32 // followed block devices (dev_t) -> device slot, the block programs' first filter
 
 	// readMu guards the buffers the counter reads copy the kernel's
 	// values into, kept from one read to the next (see lookupInto).
@@ -222,7 +222,7 @@ func Load(opts Options) (*Probes, error) {
 	p := &Probes{
 		maxDisks: maxDisks, requested: opts.Mode, kernel: kernel, deny: opts.Deny, logger: opts.Logger,
 		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
-		slots: map[uint32]uint64{}, devs: map[uint64]bool{},
+		slots: map[uint32]uint64{}, devs: map[uint64]uint32{},
 	}
 	// Each object gets its own maps, but for the ones named in shared,
 	// which the later objects take from the first.
@@ -1021,14 +1021,19 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.devs[uint64(dev)] = true
+	p.devs[uint64(dev)] = slot
 	return p.writeDevices()
 }
 
 // writeDevices gives the block programs the followed devices, their first
-// filter; with more than fit, the filter is off and host_devices decides.
+// filter, each with its slot above its dev_t (bpf/host.bpf.c followed_devs);
+// with more than fit, the filter is off and host_devices decides.
 func (p *Probes) writeDevices() error {
-	if err := setFilter(p.hostVars.FollowedDevs, p.hostVars.FollowedDevCount, p.devs); err != nil {
+	entries := make(map[uint64]bool, len(p.devs))
+	for dev, slot := range p.devs {
+		entries[uint64(slot)<<32|dev] = true
+	}
+	if err := setFilter(p.hostVars.FollowedDevs, p.hostVars.FollowedDevCount, entries); err != nil {
 		return fmt.Errorf("set the device filter: %w", err)
 	}
 	return nil
