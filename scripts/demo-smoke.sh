@@ -14,6 +14,11 @@
 # site's; demo-web classed web on xfs/ext4, a best pair (published), no
 # alert; both with a write amplification; and a report of the live demo
 # rendered.
+# While the demo ran, its tables must have shown a class still settling
+# (held for less than $class_settle, below) as such, "web (settling)", and
+# never with a verdict; and in the first 3 minutes after the VMs ran
+# their workloads no row may show demo-web as anything but web, or
+# demo-mail as anything but mail, at a confidence of 0.9 or more.
 # Then the demo is stopped. Then checks that the rates table shows both
 # lab VMs' disks with traffic, that the demo said where to look, that its
 # last lines summarise the run (each disk's class, verdict and alerts,
@@ -40,15 +45,24 @@ stackdir=/var/tmp/fspair-demo
 # the same rules and windows, only evaluated more often), so the walk
 # ends about one floor crossing plus 1.5 minutes in; 15m stays the bound
 # for a slow host. The web
-# VM's class settles on web after a couple of minutes (the writes that
-# lay out its files weigh in the 5m window until reads outnumber them);
-# FspairPoorPairing fires on the mail VM once it has been classed mail
-# for the demo's scaled `for` (3m). The demo stops as soon as the walk
-# ends.
+# VM is classed web after a couple of minutes (the writes that lay out
+# its files weigh in the 5m window until reads outnumber them, and it is
+# classed rfa meanwhile, about 90 s in issue 37's run), and the fleet
+# view counts it only once web has settled. The smoke has a class settle
+# after $class_settle held (--rules.settle, rules/gen -settle) instead of
+# the committed one window plus a minute (6 minutes here, which would
+# add about 4 minutes to the walk and to the mail VM's alert): still
+# longer than the layout's rfa, so the checks below that no verdict shows
+# on a class settling and no wrong class at confidence 0.9 in the first
+# 3 minutes still meet the case they are about; rules/gen's promtool
+# tests hold the committed time. FspairPoorPairing fires on the mail VM
+# once its class has settled and then held for the demo's scaled `for`
+# (3m). The demo stops as soon as the walk ends.
 walk_wait=15m
 long_every=30s
+class_settle=2m
 settle_wait=6m
-demo_max=21m
+demo_max=23m
 log=$(mktemp)
 work=$(mktemp -d)
 demo_pid=
@@ -69,13 +83,14 @@ echo "demo-smoke: building the dashboards' query walk (go test -tags querywalk -
 GOFLAGS=-mod=mod go test -tags querywalk -c -o "$work/walk.test" ./tests/k6/
 
 echo "demo-smoke: starting the demo (stopped after the walk, at most $demo_max)"
-bash scripts/demo.sh --duration="$demo_max" --summary.interval=35s --stack.dir="$stackdir" --rules.long-interval="$long_every" >"$log" 2>&1 &
+bash scripts/demo.sh --duration="$demo_max" --summary.interval=35s --stack.dir="$stackdir" --rules.long-interval="$long_every" --rules.settle="$class_settle" >"$log" 2>&1 &
 demo_pid=$!
 # The demo's output, as it comes, without the lab's boot chatter.
 tail -n +1 -f --pid="$demo_pid" "$log" | grep --line-buffered -v '^lab: ' &
 tail_pid=$!
 
 # The demo prints "demo: running" once both VMs run their workloads.
+run_start=
 until grep -q '^demo: running' "$log"; do
 	if ! kill -0 "$demo_pid" 2>/dev/null; then
 		rc=0
@@ -86,6 +101,7 @@ until grep -q '^demo: running' "$log"; do
 	fi
 	sleep 2
 done
+run_start=$(date +%s)
 prom=$(sed -n 's/^PROMETHEUS_URL=//p' "$stackdir/stack.env")
 [ -n "$prom" ] || { echo "demo-smoke: no PROMETHEUS_URL in $stackdir/stack.env"; exit 1; }
 
@@ -143,6 +159,37 @@ web_row=$(last_row demo-web/vda) || { echo "demo-smoke: no row of conclusions fo
 grep -qE "$mail_re" <<<"$mail_row" || { echo "demo-smoke: demo-mail/vda's last row is not mail on btrfs/ext4, worst (site, marked: the published verdict differs), with FspairPoorPairing firing: $mail_row"; exit 1; }
 grep -qxF -- "$note" "$log" || { echo "demo-smoke: the demo did not print, under its table, the note: $note"; exit 1; }
 grep -qE "$web_re" <<<"$web_row" || { echo "demo-smoke: demo-web/vda's last row is not web on xfs/ext4, best (published), without alerts: $web_row"; exit 1; }
+
+# A class still settling shows as such, without a verdict, and in the
+# first 3 minutes no row shows a wrong class at a confidence of 0.9 or
+# more (the unit tests in tests/demo check the same patterns against the
+# table's code). Each row of the tables of conclusions, after the seconds
+# since the VMs ran their workloads at which its table was printed.
+settling_re='^demo-(web|mail)/vda +[a-z]+ \(settling\) '
+no_verdict_re='^demo-(web|mail)/vda +[a-z]+ \(settling\) +([0-9.]+|-) +[^ ]+ [^ ]+ +- '
+rows=$(
+	t=
+	while IFS= read -r line; do
+		if [[ $line =~ ^demo:\ ([0-9]{2}:[0-9]{2}:[0-9]{2})\ what\ fspair\ concludes ]]; then
+			at=$(date -d "${BASH_REMATCH[1]}" +%s)
+			((at < run_start - 43200)) && at=$((at + 86400)) # past midnight
+			t=$((at - run_start))
+		elif [ -n "$t" ] && [[ $line =~ ^demo-(web|mail)/vda\  ]]; then
+			echo "$t $line"
+		fi
+	done <"$log"
+)
+[ -n "$rows" ] || { echo "demo-smoke: found no rows of conclusions for demo-web/vda or demo-mail/vda"; exit 1; }
+cut -d' ' -f2- <<<"$rows" | grep -qE "$settling_re" ||
+	{ echo "demo-smoke: no row of conclusions showed a class still settling (e.g. 'web (settling)'), as the first minutes must"; exit 1; }
+verdict_settling=$(cut -d' ' -f2- <<<"$rows" | grep -E "$settling_re" | grep -vE "$no_verdict_re" || true)
+[ -z "$verdict_settling" ] || { echo "demo-smoke: rows show a verdict on a class still settling:"; echo "$verdict_settling"; exit 1; }
+early_wrong=$(awk '$1 < 180 {
+	want = ($2 ~ /^demo-web\//) ? "web" : "mail"; conf = ($4 == "(settling)") ? $5 : $4
+	if ($3 != want && conf != "-" && conf + 0 >= 0.9) print
+}' <<<"$rows")
+[ -z "$early_wrong" ] || { echo "demo-smoke: in its first 3 minutes the demo showed a wrong class at confidence >= 0.9 (seconds since the VMs ran, row):"; echo "$early_wrong"; exit 1; }
+echo "demo-smoke: $(cut -d' ' -f2- <<<"$rows" | grep -cE "$settling_re") rows showed a class settling, none with a verdict; no wrong class at confidence >= 0.9 in the first 3 minutes ($(awk '$1 < 180' <<<"$rows" | wc -l) rows)"
 
 # The report: its paths printed once, the files there after the demo.
 grep -q '^demo: report: the live fleet and demo-mail/vda' "$log" || { echo "demo-smoke: the demo printed no report paths"; exit 1; }

@@ -103,6 +103,25 @@ def hist_buckets(rate_fn, metric: str, *matchers: str) -> str:
     return f"sum({rate_fn(metric, *matchers)}) or on () sum by (le) ({rate_fn(metric + '_bucket', *matchers)})"
 
 
+def class_with_state(*matchers: str, labels: str = DISK_LABELS) -> str:
+    """The disks' live class (domain_disk:fspair_workload_class:info), with the
+    label state="(settling)" while the class has not held for the settle time
+    (domain_disk:fspair_workload_class:settled_ratio below 1; rules/README.md):
+    the legend "{{class}} {{state}}" reads "web (settling)", then "web". Every
+    disk with a class has a series, settled or not, so the query is never
+    empty for want of a settling disk. labels keep the disks apart."""
+    info = rule("domain_disk:fspair_workload_class:info", *matchers)
+    settled = rule("domain_disk:fspair_workload_class:settled_ratio", *matchers)
+    return (
+        f"label_replace(\n    {info}\n  and on ({labels}, class)\n    {settled} < 1,\n"
+        f'  "state", "(settling)", "", ""\n)\nor on ({labels}, class)\n  {info}'
+    )
+
+
+# The legend of class_with_state.
+CLASS_STATE_LEGEND = "{{class}} {{state}}"
+
+
 def dashboard_link(uid: str, *params: str) -> str:
     """A link to another fspair dashboard keeping the data source and time range."""
     query = "&".join(("${datasource:queryparam}", "${__url_time_range}", *params))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from common import (
+    CLASS_STATE_LEGEND,
     INSTANCE,
     RUNBOOK_BASE,
     UID_DISK,
@@ -25,6 +26,7 @@ from common import (
     Query,
     VariableBuilder,
     bar_panel,
+    class_with_state,
     dashboard_link,
     heatmap_panel,
     hist_buckets,
@@ -182,17 +184,20 @@ def _identity() -> list[PanelBuilder]:
             "Live workload class",
             "The class the classifier gives the disk now (domain_disk:fspair_workload_class:info): web, mail, fileserver, rfa, "
             "mixed (two classes as near, or far from every class) or idle. idle means little reaches the image file: see "
-            "'Guest requests per second' beside it for what the VM asked of its disk.",
+            "'Guest requests per second' beside it for what the VM asked of its disk. '(settling)': the disk has held this "
+            "class for less than the settle time (domain_disk:fspair_workload_class:settled_ratio below 1; one rule window "
+            "plus a minute), as while it lays out its files or changes workload; no verdict or alert acts on it until then.",
             "none",
-            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            [Query(class_with_state(*DISK), CLASS_STATE_LEGEND)],
             width=4,
             show_name=True,
         ),
         stat_panel(
             "Classifier confidence",
-            "Best class score minus the runner-up (domain_disk:fspair_workload_class:confidence): near 0, two classes fit "
-            "almost equally well; 0 when mixed scores highest (no class fits). rules/README.md (Held-out validation) has how often the class was right on lab runs per "
-            "band of this value.",
+            "Best class score minus the runner-up, times the share of the settle time the class has been held "
+            "(domain_disk:fspair_workload_class:confidence): near 0, two classes fit almost equally well, or the class was "
+            "chosen moments ago and is still settling; 0 when mixed scores highest (no class fits). rules/README.md "
+            "(Held-out validation) has how often a settled class was right on lab runs per band of this value.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
             width=4,
@@ -247,8 +252,9 @@ def _knowledge_base() -> list[PanelBuilder]:
         table_panel(
             "Knowledge-base verdict for this disk",
             "The knowledge base's verdict on the disk's guest/host pair for its live class, and the pairs it lists as better "
-            "for that class (domain_disk:fspair_pair_verdict:info). Empty when the class is idle or mixed, or the knowledge "
-            "base does not list the pair. source=site: this site's own measurement (rules/kdb/site.yaml).",
+            "for that class (domain_disk:fspair_pair_verdict:info). Empty when the class is idle or mixed, still settling "
+            "(see 'Live workload class'), or the knowledge base does not list the pair. source=site: this site's own "
+            "measurement (rules/kdb/site.yaml).",
             "none",
             [Query(disk_rule("domain_disk:fspair_pair_verdict:info"))],
             [
@@ -436,8 +442,9 @@ def _workload() -> list[PanelBuilder]:
         ),
         state_panel(
             "Workload class over time",
-            "When the disk had each class (domain_disk:fspair_workload_class:info).",
-            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            "When the disk had each class (domain_disk:fspair_workload_class:info), '(settling)' until the class had held "
+            "for the settle time (domain_disk:fspair_workload_class:settled_ratio).",
+            [Query(class_with_state(*DISK), CLASS_STATE_LEGEND)],
             height=8,
         ),
         timeseries_panel(
@@ -980,8 +987,9 @@ def _load_test() -> list[PanelBuilder]:
         ),
         state_panel(
             "Disk class during the load",
-            "The disk's live workload class on the same time axis (domain_disk:fspair_workload_class:info).",
-            [Query(disk_rule("domain_disk:fspair_workload_class:info"), "{{class}}")],
+            "The disk's live workload class on the same time axis (domain_disk:fspair_workload_class:info), '(settling)' "
+            "until it had held for the settle time (domain_disk:fspair_workload_class:settled_ratio).",
+            [Query(class_with_state(*DISK), CLASS_STATE_LEGEND)],
             width=4,
             height=8,
         ),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from common import (
+    CLASS_STATE_LEGEND,
     FLEET_DISK_LABELS,
     HOST_LABEL,
     INSTANCE,
@@ -24,6 +25,7 @@ from common import (
     PanelBuilder,
     Query,
     bar_panel,
+    class_with_state,
     custom_variable,
     dashboard_link,
     disk_link_from_table,
@@ -88,8 +90,9 @@ def _overview() -> list[PanelBuilder]:
         ),
         stat_panel(
             "VM disks on a worst pair",
-            "VM disks whose live class is one the knowledge base lists their guest/host pair as worst for "
-            '(domain_disk:fspair_pair_verdict:info{verdict="worst"}). FspairPoorPairing fires for those that stay so for its `for`.',
+            "VM disks whose live class, once settled (held for the settle time), is one the knowledge base lists their "
+            'guest/host pair as worst for (domain_disk:fspair_pair_verdict:info{verdict="worst"}). FspairPoorPairing fires for '
+            "those that stay so for its `for`.",
             "short",
             [Query(f"count({rule('domain_disk:fspair_pair_verdict:info', WORST)}) or vector(0)")],
             limit=1,
@@ -104,9 +107,11 @@ def _overview() -> list[PanelBuilder]:
         timeseries_panel(
             "VM disks by workload class",
             "How many VM disks the classifier puts in each class over time (domain_disk:fspair_workload_class:info). "
-            "mixed: active, but no workload class fits; idle: below the activity threshold.",
+            "mixed: active, but no workload class fits; idle: below the activity threshold. '(settling)': disks that have "
+            "held their class for less than the settle time (domain_disk:fspair_workload_class:settled_ratio below 1), "
+            "which no verdict, fleet figure or alert counts yet.",
             "short",
-            [Query(f"count by (class) ({rule('domain_disk:fspair_workload_class:info')})", "{{class}}")],
+            [Query(f"count by (class, state) ({class_with_state(labels=FLEET_DISK_LABELS)})", CLASS_STATE_LEGEND)],
             width=24,
             stacked=True,
         ),
@@ -227,7 +232,8 @@ def _worst_pairs() -> list[PanelBuilder]:
             "VM disks on the knowledge base's worst pairs",
             "VM disks whose live class is one the knowledge base lists their guest/host file-system pair as worst for, with the "
             "classifier's confidence (best score minus runner-up) and the pairs it lists as better for that class "
-            "(domain_disk:fspair_pair_verdict:info). Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
+            "(domain_disk:fspair_pair_verdict:info). Only disks whose class has settled (held for the settle time) have a "
+            "verdict. Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
             "percentunit",
             [Query(expr)],
             [

@@ -183,6 +183,9 @@ type Model struct {
 	// Hysteresis is the bonus the class rule gives the class it chose at
 	// its previous evaluation (Held, and rules/gen's class rule).
 	Hysteresis Bonus `yaml:"hysteresis_bonus"`
+	// Settle is how long a class must be held before anything acts on it
+	// (settle.go).
+	Settle Settle `yaml:"settle"`
 	// Temperature divides the squared distances in the softmax: above 1,
 	// classes at close distances share the score more evenly. Unset: 1.
 	Temperature *Bonus `yaml:"temperature,omitempty"`
@@ -233,6 +236,9 @@ func (m *Model) Validate() error {
 		return fmt.Errorf("hysteresis_bonus: %w", ErrNoSource)
 	case !(*h.Value >= 0 && *h.Value < 1):
 		return fmt.Errorf("hysteresis_bonus %v: must be in [0, 1)", *h.Value)
+	}
+	if err := m.Settle.validate(); err != nil {
+		return err
 	}
 	if t := m.Temperature; t != nil {
 		switch {

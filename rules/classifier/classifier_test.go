@@ -111,6 +111,13 @@ func TestValidate(t *testing.T) {
 		"negative bonus":   func(m *Model) { neg := -0.1; m.Hysteresis.Value = &neg },
 		"bonus no value":   func(m *Model) { m.Hysteresis.Value = nil },
 		"bonus no source":  func(m *Model) { m.Hysteresis.Source = "" },
+		"settle no source": func(m *Model) { m.Settle.Source = " " },
+		"settle no window": func(m *Model) { m.Settle.Windows = nil },
+		"settle negative":  func(m *Model) { neg := -1.0; m.Settle.Seconds = &neg },
+		"settle of 0": func(m *Model) {
+			zero := 0.0
+			m.Settle.Windows, m.Settle.Seconds = &zero, &zero
+		},
 	} {
 		m := model(t)
 		mod(m)

@@ -191,7 +191,11 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 	fires, silent := map[string]bool{}, map[string]bool{}
 	name := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-	for _, f := range testFiles(t, "../tests/*.yml") {
+	// The fixture tests (TestFixture) count too: they run the same
+	// generated expressions on frozen thresholds, so that what they check
+	// (the settle rules' timing, the softmax's arithmetic) does not move
+	// with each fit of classes.yaml.
+	for _, f := range append(testFiles(t, "../tests/*.yml"), testFiles(t, "testdata/promtool/*.yml")...) {
 		var pt promtoolTest
 		loadYAML(t, f, &pt)
 		if strings.Join(pt.GroupEvalOrder, " ") != strings.Join(wantOrder, " ") {
@@ -224,7 +228,7 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 	for _, r := range sortedKeys(records) {
 		if !records[r] {
-			t.Errorf("recording rule %s has no promql_expr_test with expected samples in rules/tests", r)
+			t.Errorf("recording rule %s has no promql_expr_test with expected samples in rules/tests or rules/gen/testdata/promtool", r)
 		}
 	}
 	for _, a := range sortedKeys(alertAnn) {
@@ -274,28 +278,38 @@ func TestShortWindows(t *testing.T) {
 	}
 }
 
+// againstCommitted generates the per-host and the fleet rule files with
+// the committed options and with o, and calls check on each file's two
+// versions: for the flags that must change one thing only.
+func againstCommitted(t *testing.T, o Options, check func(name string, def, got []byte)) {
+	t.Helper()
+	for _, gen := range []func(Options) (map[string][]byte, error){Generate, GenerateFleet} {
+		def, err := gen(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := gen(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range def {
+			check(name, b, got[name])
+		}
+	}
+}
+
 // TestLongInterval: -long-interval changes how often the long-window
 // groups (and only they) are evaluated, in the per-host rules and the
 // fleet's, and nothing else.
 func TestLongInterval(t *testing.T) {
 	o := committed
 	o.LongInterval = "30s"
-	for _, gen := range []func(Options) (map[string][]byte, error){Generate, GenerateFleet} {
-		def, err := gen(committed)
-		if err != nil {
-			t.Fatal(err)
+	againstCommitted(t, o, func(name string, def, got []byte) {
+		want := strings.NewReplacer("interval: 3m", "interval: 30s", "evaluated every 3m", "evaluated every 30s").Replace(string(def))
+		if string(got) != want {
+			t.Errorf("%s with -long-interval 30s: want the committed file with every 3m interval at 30s", name)
 		}
-		fast, err := gen(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, b := range def {
-			want := strings.NewReplacer("interval: 3m", "interval: 30s", "evaluated every 3m", "evaluated every 30s").Replace(string(b))
-			if string(fast[name]) != want {
-				t.Errorf("%s with -long-interval 30s: want the committed file with every 3m interval at 30s", name)
-			}
-		}
-	}
+	})
 	files, err := Generate(o)
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +397,19 @@ func TestThresholdsValidation(t *testing.T) {
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
+		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
+		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
 	}
+	// settle without its source: the block up to the next key, cut to its
+	// numbers (quoted: its source's parentheses would make it a pattern).
+	block := regexp.MustCompile(`(?s)\nsettle:\n.*?\n\n`).FindString(string(base))
+	if block == "" {
+		t.Fatal("classes.yaml has no settle block")
+	}
+	cases = append(cases, struct {
+		name, old, new string
+		is             error
+	}{"settle without source", regexp.QuoteMeta(block), "\nsettle:\n  windows: 1\n  seconds: 60\n\n", ErrNoSource})
 	for _, c := range cases {
 		body := strings.Replace(string(base), c.old, c.new, 1)
 		if re, err := regexp.Compile(c.old); err == nil && strings.ContainsAny(c.old, `\^$(`) {

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 )
@@ -26,6 +27,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 type Options struct {
 	Out, Short, Long  string
 	LongInterval      string // empty: longInterval of Long
+	Settle            string // empty: classes.yaml's settle with the short window
 	ForScale          float64
 	Classes, KB, Site string
 }
@@ -38,6 +40,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
 	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
+	fs.StringVar(&o.Settle, "settle", "", "a class is settled once held this long (empty: rules/classes.yaml settle, one short window plus 60 s, 6m for 5m); a test's setting for stacks whose test is not about settling, e.g. 5s")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
 	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")
 	fs.StringVar(&o.KB, "kdb", "rules/kdb/pairs.yaml", "published knowledge base")
@@ -116,12 +119,22 @@ func params(o Options) (*Params, error) {
 		}
 		every = formatDuration(secs)
 	}
+	var settle int64
+	if o.Settle != "" {
+		// Above 0: the settled ratio divides by it.
+		if settle, err = parseDuration(o.Settle); err != nil || settle <= 0 {
+			return nil, fmt.Errorf("check -settle %q: want a duration above 0, e.g. 5s", o.Settle)
+		}
+	}
 	if !(o.ForScale >= 0) {
 		return nil, fmt.Errorf("check -for-scale %v: must be >= 0", o.ForScale)
 	}
 	t, err := LoadThresholds(o.Classes)
 	if err != nil {
 		return nil, err
+	}
+	if settle == 0 {
+		settle = int64(math.Ceil(t.Settle.Time(float64(short))))
 	}
 	kb, err := LoadKB(o.KB, o.Site)
 	if err != nil {
@@ -131,6 +144,7 @@ func params(o Options) (*Params, error) {
 		Short:     window{formatDuration(short), short},
 		Long:      window{formatDuration(long), long},
 		LongEvery: every,
+		Settle:    settle,
 		ForScale:  o.ForScale,
 		T:         t,
 		KB:        kb,

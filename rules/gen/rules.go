@@ -27,6 +27,7 @@ type window struct {
 type Params struct {
 	Short, Long window
 	LongEvery   string // how often the long-window groups are evaluated
+	Settle      int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
 	ForScale    float64
 	T           *Thresholds
 	KB          *KB
@@ -373,7 +374,7 @@ func recordingFile(p *Params) File {
 			{Name: "fspair.guest", Rules: guestRules(s, p.T),
 				Comment: fmt.Sprintf("The guest path over the short window (%s): guest requests against image-file requests (merge ratio, flushes elided, sizes before and after merging), latency by layer from the guest to the device, and the fleet by pair, aio and cache mode.", s.name)},
 			{Name: "fspair.workload", Rules: workloadRules(p),
-				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis) and a confidence."},
+				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."},
 			{Name: "fspair.fleet", Rules: fleetRules(p), Interval: li,
 				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it.", li)},
 			{Name: "fspair.pairing", Rules: pairingRules(),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/fspair/fspair/rules/classifier"
@@ -162,6 +163,9 @@ topk by (${disk}) (1,
 				"(this rule's own last sample) gets hysteresis_bonus on top, so that a disk does not "+
 				"flap between two classes with close scores. A real change of workload moves the scores "+
 				"by more than the bonus as the short window fills with it."),
+	)
+	out = append(out, settleRules(p)...)
+	out = append(out,
 		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
 (
     max by (${disk}) (topk by (${disk}) (2, %[1]s))
@@ -172,17 +176,68 @@ topk by (${disk}) (1,
       sum without (class) (%[1]s{class="%[2]s"})
     < bool
       max by (${disk}) (%[1]s{class!="%[2]s"})
-  )`, scoreName, classMixed),
+  )
+* on (${disk})
+  %[3]s`, scoreName, classMixed, settledName),
 			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
-				"0 when mixed scores highest, as mixed names no class. "+
+				"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class "+
+				"has been held (1 once settled), so that a class still settling says so. "+
 				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
-  %s
-* on (${disk}) group_left (guest_fs, host_fs)
-  fspair_disk_info{${job}}`, className),
-			"The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base."),
+(
+    %s
+  * on (${disk}) group_left (guest_fs, host_fs)
+    fspair_disk_info{${job}}
+)
+and on (${disk}, class)
+  (%s == 1)`, className, settledName),
+			"The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base; "+
+				"only once the class is settled, so that no verdict, fleet figure or alert acts on a class still settling."),
 	)
 	return out
+}
+
+const (
+	sinceName   = "domain_disk:fspair_workload_class:since_timestamp_seconds"
+	settledName = "domain_disk:fspair_workload_class:settled_ratio"
+)
+
+// settleRules record how long each disk has held its class
+// (rules/classifier Settling does the same on recorded windows). The since
+// rule reads its own last sample, as the class rule does: it keeps it while
+// the class rule still chooses the same class, else starts at time(). A
+// class the disk no longer has drops out of the rule's result and its
+// series goes stale at the next evaluation, so a class chosen again later
+// starts a new hold; a gap of Prometheus' lookback (5m) between evaluations
+// does too. Both rules come after the class rule in the group, which
+// Prometheus evaluates in order: they read its sample of the same
+// evaluation.
+func settleRules(p *Params) []Rule {
+	w, settle := p.Short, p.T.Settle
+	// The settle time: classes.yaml's, or -settle's for a test stack.
+	source := fmt.Sprintf("rules/classes.yaml settle: %s x the short window + %s s", num(*settle.Windows), num(*settle.Seconds))
+	if float64(p.Settle) != math.Ceil(settle.Time(float64(w.secs))) {
+		source = "rules/gen -settle, a test's setting"
+	}
+	return []Rule{
+		rec(w, sinceName, fmt.Sprintf(`
+  %[1]s
+and on (${disk}, class)
+  %[2]s
+or
+  %[2]s * 0 + time()`, sinceName, className),
+			"When the disk first chose its class, of the evaluations that have chosen it since (Unix time): this "+
+				"rule's own last sample while the class rule still chooses the same class, else the time of this evaluation."),
+		rec(w, settledName, fmt.Sprintf(`
+clamp_max(
+  (time() - %s) / %d,
+  1
+)`, sinceName, p.Settle),
+			fmt.Sprintf("Share of the settle time (%s, here %d s) "+
+				"the disk has held its class, at most 1. At 1 the class is settled: the pairing, the verdict and the "+
+				"alerts act on it; below 1 it is still settling (the disk laying out its files or changing workload "+
+				"can be classed confidently wrong for a while).", source, p.Settle)),
+	}
 }
 
 func fleetRules(p *Params) []Rule {

@@ -40,9 +40,12 @@ func testDisks() []SyntheticDisk {
 	}
 }
 
-// testRules are the repository's rules with windows of 1m and 5m and every
-// `for` at a hundredth (the poor-pairing hour becomes 36 s).
-var testRules = RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01}
+// testRules are the repository's rules with windows of 1m and 5m, every
+// `for` at a hundredth (the poor-pairing hour becomes 36 s) and a class
+// settled once held 5 s: this test is about the path from the series to
+// the webhook, not about settling (rules/gen's promtool tests are), and the
+// default settle time (one short window plus 60 s) would add two minutes.
+var testRules = RuleOptions{Short: "1m", Long: "5m", ForScale: 0.01, Settle: "5s"}
 
 // classQuery is the live workload class of a disk as the rules record it.
 const classQuery = `domain_disk:fspair_workload_class:info`

@@ -36,12 +36,18 @@ func RepoRoot() (string, error) {
 }
 
 // RuleOptions are the rule generator's knobs (rules/gen): the rule
-// windows and a factor on every alert's `for`, so that a test sees in
-// minutes what production rules see in hours.
+// windows, a factor on every alert's `for` and the settle time, so that a
+// test sees in minutes what production rules see in hours.
 type RuleOptions struct {
-	Short, Long string   // rule windows (defaults "1m", "5m")
-	ForScale    float64  // factor on each alert's for (default 0.01: the 1 h of FspairPoorPairing becomes 36 s)
-	Extra       []string // more flags for rules/gen, e.g. -site FILE
+	Short, Long string  // rule windows (defaults "1m", "5m")
+	ForScale    float64 // factor on each alert's for (default 0.01: the 1 h of FspairPoorPairing becomes 36 s)
+	// Settle is how long a class must be held before the pairing, the
+	// verdict and the alerts act on it (rules/gen -settle). Empty:
+	// rules/classes.yaml's, one short window plus 60 s, which a test not
+	// about settling waits for in real time on every disk; such a test
+	// sets a few seconds. rules/gen's promtool tests cover the default.
+	Settle string
+	Extra  []string // more flags for rules/gen, e.g. -site FILE
 }
 
 func (o RuleOptions) args(out string) []string {
@@ -56,6 +62,9 @@ func (o RuleOptions) args(out string) []string {
 	}
 	a := []string{"run", "./rules/gen", "-out", out, "-short", o.Short, "-long", o.Long,
 		"-for-scale", fmt.Sprint(o.ForScale)}
+	if o.Settle != "" {
+		a = append(a, "-settle", o.Settle)
+	}
 	return append(a, o.Extra...)
 }
 

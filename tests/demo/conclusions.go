@@ -1,7 +1,9 @@
 package main
 
 // What the demo prints of fspair's conclusions: per VM disk the live
-// workload class and its confidence, the disk's guest/host pair, the
+// workload class and its confidence (a class that has not held for the
+// settle time yet shows as "web (settling)", with no verdict: the rules
+// give it none), the disk's guest/host pair, the
 // knowledge base's verdict on that pair for the class, the write
 // amplification and the alerts on it, all read back from the recording
 // rules the dashboards read (rules/README.md names them); and, at exit, a
@@ -34,6 +36,7 @@ const lineWidth = 120
 const (
 	seriesClass      = `domain_disk:fspair_workload_class:info`
 	seriesConfidence = `domain_disk:fspair_workload_class:confidence`
+	seriesSettled    = `domain_disk:fspair_workload_class:settled_ratio`
 	seriesVerdict    = `domain_disk:fspair_pair_verdict:info`
 	seriesWriteAmp   = `domain_disk:fspair_write_amplification:ratio_rate5m`
 	seriesAdvice     = `fspair_kdb_workload_info`
@@ -51,13 +54,18 @@ type diskState struct {
 	domain, target          string
 	guestFS, hostFS, format string
 	class                   string  // live workload class; "" before the rules have one
-	confidence              float64 // best score minus runner-up; NaN: none yet
-	verdict, source         string  // the knowledge base's verdict in force on the pair for the class, and its source label
-	betterPairs             string  // the class's best pairs other than this one
-	advice                  string  // the knowledge base's advice for the class
-	kdbRates                bool    // the knowledge base has a verdict on the pair for the class
-	writeAmp                float64 // host device bytes per guest byte written, 5m; NaN: none
-	alerts                  []alertState
+	confidence              float64 // best score minus runner-up, damped while the class settles; NaN: none yet
+	// settled is the share of the settle time the class has been held
+	// (1: settled; NaN: no class, or the rules have not recorded it yet):
+	// until then nothing acts on the class, and the demo shows no verdict
+	// on it.
+	settled         float64
+	verdict, source string  // the knowledge base's verdict in force on the pair for the class, and its source label
+	betterPairs     string  // the class's best pairs other than this one
+	advice          string  // the knowledge base's advice for the class
+	kdbRates        bool    // the knowledge base has a verdict on the pair for the class
+	writeAmp        float64 // host device bytes per guest byte written, 5m; NaN: none
+	alerts          []alertState
 
 	// Where the published studies and the site both rated the pair for
 	// the class, the verdict of the one not in force (the series'
@@ -77,16 +85,32 @@ type alertState struct {
 
 func (a alertState) firing() bool { return a.state == "firing" }
 
+// settling says whether the disk has a class that has not settled yet:
+// held for less than the settle time (rules/classes.yaml settle), or not
+// known to have been held at all.
+func (d diskState) settling() bool { return d.class != "" && !(d.settled >= 1) }
+
+// classText is the class as the table shows it: "web", or "web (settling)"
+// while it settles; "-" before the rules have one.
+func (d diskState) classText() string {
+	if d.settling() {
+		return d.class + " (settling)"
+	}
+	return orDash(d.class)
+}
+
 // verdictText is the knowledge base's verdict on the disk's pair for its
 // live class, with where the verdict comes from: the published studies or
 // the site's own measurements (rules/kdb/site.yaml), marked "*" where both
 // rated the pair (verdictNotes says what each says). "neither" is a pair the
 // knowledge base lists neither best nor worst for the class; "-" a class it
-// has no verdicts for (idle, mixed), no class yet, or a verdict the rules
-// have not joined to the disk yet (their pairing group evaluates after the
-// class is recorded).
+// has no verdicts for (idle, mixed), no class yet, a class still settling
+// (the rules give it no verdict), or a verdict the rules have not joined to
+// the disk yet (their pairing group evaluates after the class is recorded).
 func (d diskState) verdictText() string {
 	switch {
+	case d.settling():
+		return "-"
 	case d.disagreement() != "":
 		// The mark refers to the line verdictNotes prints under the table.
 		return d.verdict + ", " + sourceKind(d.source) + "*"
@@ -169,12 +193,13 @@ func conclusionsTable(disks []diskState, width int) []string {
 	head := []string{"DISK", "CLASS", "CONF", "PAIR(guest/host)", "KDB_VERDICT", "WR_AMP", "ALERTS (runbook)"}
 	rows := make([][]string, len(disks))
 	for i, d := range disks {
-		rows[i] = []string{d.disk, orDash(d.class), number(d.confidence, "%.2f"), d.pairText(), d.verdictText(), number(d.writeAmp, "%.2f")}
+		rows[i] = []string{d.disk, d.classText(), number(d.confidence, "%.2f"), d.pairText(), d.verdictText(), number(d.writeAmp, "%.2f")}
 	}
 	// Every column but the first and the last is as wide as its widest
 	// cell, capped; the disk takes what leaves the alerts room for one
-	// alert with its runbook, but at least minDiskWidth.
-	caps := []int{0, 10, 4, 20, 20, 7}
+	// alert with its runbook, but at least minDiskWidth. The class column
+	// takes "fileserver (settling)".
+	caps := []int{0, 21, 4, 20, 20, 7}
 	widths := columnWidths(head[:len(head)-1], rows, caps)
 	const gap = 2
 	fixed := 0
@@ -409,12 +434,17 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 	for _, d := range disks {
 		first := "  " + cutDisk(d.disk, diskWidth) + strings.Repeat(" ", diskWidth-runes(cutDisk(d.disk, diskWidth))+2)
 		var text []string
-		if d.class == "" {
+		switch {
+		case d.class == "":
 			text = append(text, "not classed (yet): the rules need a few minutes of its requests.")
-		} else {
+		case d.settling():
+			text = append(text, fmt.Sprintf("%s, still settling (confidence %s) on %s: the class has not held for the settle time yet, "+
+				"so no verdict nor alert acts on it.", d.class, number(d.confidence, "%.2f"), d.pairText()))
+		default:
 			text = append(text, fmt.Sprintf("%s (confidence %s) on %s.", d.class, number(d.confidence, "%.2f"), d.pairText()))
 		}
 		switch {
+		case d.settling():
 		case d.verdict != "":
 			text = append(text, fmt.Sprintf("The knowledge base (%s) lists this pair as %s for %s.", sourceLabel(d.source), d.verdict, d.class))
 			text = append(text, d.otherSource()...)
@@ -549,9 +579,13 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		byKey[k] = &diskState{
 			disk: k, domain: m["domain"], target: m["target_device"],
 			guestFS: m["guest_fs"], hostFS: m["host_fs"], format: m["format"],
-			confidence: math.NaN(), writeAmp: math.NaN(),
+			confidence: math.NaN(), writeAmp: math.NaN(), settled: math.NaN(),
 		}
 	}
+	// The class each verdict is on: the pairing group evaluates after the
+	// class's, so for one evaluation after a change of class the verdict
+	// can still be the previous class's.
+	verdictOn := map[string]string{}
 	each := func(q string, f func(d *diskState, s sample)) error {
 		res, err := query(ctx, promURL, q)
 		if err != nil {
@@ -570,9 +604,15 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 	}{
 		{seriesClass, func(d *diskState, s sample) { d.class = s.Metric["class"] }},
 		{seriesConfidence, func(d *diskState, s sample) { d.confidence = s.value() }},
+		{seriesSettled, func(d *diskState, s sample) {
+			if s.Metric["class"] == d.class {
+				d.settled = s.value()
+			}
+		}},
 		{seriesVerdict, func(d *diskState, s sample) {
 			d.verdict, d.source, d.betterPairs = s.Metric["verdict"], s.Metric["source"], s.Metric["better_pairs"]
 			d.publishedVerdict, d.siteVerdict = s.Metric["published_verdict"], s.Metric["site_verdict"]
+			verdictOn[d.disk] = s.Metric["class"]
 		}},
 		{seriesWriteAmp, func(d *diskState, s sample) { d.writeAmp = s.value() }},
 	}
@@ -611,6 +651,10 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		}
 	}
 	for _, d := range byKey {
+		if d.settling() || verdictOn[d.disk] != d.class {
+			// Only a verdict on the class shown, and a settled one.
+			d.verdict, d.source, d.betterPairs, d.publishedVerdict, d.siteVerdict = "", "", "", "", ""
+		}
 		d.advice, d.study = advice[d.class], study[d.class]
 		d.kdbRates = rated[[3]string{d.class, d.guestFS, d.hostFS}]
 		disks = append(disks, *d)

@@ -36,7 +36,7 @@ func demoDisks() []diskState {
 	return []diskState{
 		{
 			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "btrfs", hostFS: "ext4", format: "raw",
-			class: "mail", confidence: 1, verdict: "worst", source: "site", publishedVerdict: "best", study: "djordjevic2022",
+			class: "mail", confidence: 1, settled: 1, verdict: "worst", source: "site", publishedVerdict: "best", study: "djordjevic2022",
 			betterPairs: "ext4/xfs, ext4/ext4, xfs/ext4",
 			advice: "Prefer the pairs ext4/xfs, ext4/ext4, xfs/ext4 (guest/host). " +
 				"Avoid btrfs inside the VM, btrfs on the host, and the pair xfs/xfs (guest/host).",
@@ -44,7 +44,24 @@ func demoDisks() []diskState {
 		},
 		{
 			disk: "demo-web/vda", domain: "demo-web", target: "vda", guestFS: "xfs", hostFS: "ext4", format: "raw",
-			class: "web", confidence: 0.987, verdict: "best", source: "djordjevic2022", writeAmp: 1.02,
+			class: "web", confidence: 0.987, settled: 1, verdict: "best", source: "djordjevic2022", writeAmp: 1.02,
+		},
+	}
+}
+
+// earlyDisks are the demo's disks in its first minutes, as the rules give
+// them: web still laying out its files and classed rfa, a class that has
+// not settled (the rules give it no verdict, its confidence damped); mail
+// classed mail, settling too.
+func earlyDisks() []diskState {
+	return []diskState{
+		{
+			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "btrfs", hostFS: "ext4", format: "raw",
+			class: "mail", confidence: 0.4, settled: 0.4, kdbRates: true, writeAmp: 1.04,
+		},
+		{
+			disk: "demo-web/vda", domain: "demo-web", target: "vda", guestFS: "xfs", hostFS: "ext4", format: "raw",
+			class: "rfa", confidence: 0.15, settled: 0.17, kdbRates: true, writeAmp: math.NaN(),
 		},
 	}
 }
@@ -62,13 +79,13 @@ func longDisks() []diskState {
 	}
 	return []diskState{
 		{disk: long, domain: strings.TrimSuffix(long, "/vdb"), target: "vdb", guestFS: "btrfs", hostFS: "btrfs", format: "qcow2",
-			class: "fileserver", confidence: 0.4, verdict: "contested", source: "djordjevic2022", writeAmp: 1234.5678, alerts: many},
+			class: "fileserver", confidence: 0.4, settled: 1, verdict: "contested", source: "djordjevic2022", writeAmp: 1234.5678, alerts: many},
 		{disk: "a/vda", domain: "a", target: "vda", guestFS: "ext4", hostFS: "zfs", format: "raw", class: "mail", confidence: 0.5,
-			writeAmp: math.NaN()},
+			settled: 1, writeAmp: math.NaN()},
 		{disk: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab/sda", domain: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab",
-			target: "sda", confidence: math.NaN(), writeAmp: math.NaN()},
+			target: "sda", confidence: math.NaN(), settled: math.NaN(), writeAmp: math.NaN()},
 		{disk: strings.Repeat("x", 200) + "/vda", domain: strings.Repeat("x", 200), target: "vda",
-			guestFS: "ext4", hostFS: "ext4", format: "raw", class: "idle", confidence: 1, writeAmp: math.NaN()},
+			guestFS: "ext4", hostFS: "ext4", format: "raw", class: "idle", confidence: 1, settled: 1, writeAmp: math.NaN()},
 	}
 }
 
@@ -90,6 +107,10 @@ var (
 	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)`)
 	smokeWeb  = regexp.MustCompile(`^demo-web/vda +web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+ +-$`)
 	smokeNote = regexp.MustCompile(`^  \* demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict\.$`)
+	// A row whose class is still settling, and such a row without a
+	// verdict: every row matching the first must match the second.
+	smokeSettling  = regexp.MustCompile(`^demo-(web|mail)/vda +[a-z]+ \(settling\) `)
+	smokeNoVerdict = regexp.MustCompile(`^demo-(web|mail)/vda +[a-z]+ \(settling\) +([0-9.]+|-) +[^ ]+ [^ ]+ +- `)
 )
 
 func TestConclusionsTableDemo(t *testing.T) {
@@ -120,6 +141,51 @@ func TestConclusionsTableDemo(t *testing.T) {
 	pending := conclusionsTable(d, lineWidth)[1]
 	if !strings.HasSuffix(pending, "FspairPoorPairing pending") || smokeMail.MatchString(pending) {
 		t.Errorf("pending alert row: %q", pending)
+	}
+}
+
+// TestConclusionsTableSettling: in the demo's first minutes each class is
+// shown as settling, with its damped confidence and no verdict; the rows
+// match demo-smoke's settling patterns and none of its final ones.
+func TestConclusionsTableSettling(t *testing.T) {
+	lines := conclusionsTable(earlyDisks(), lineWidth)
+	checkWidth(t, "conclusions", lines)
+	want := []string{
+		"DISK           CLASS            CONF  PAIR(guest/host)  KDB_VERDICT  WR_AMP  ALERTS (runbook)",
+		"demo-mail/vda  mail (settling)  0.40  btrfs/ext4 raw    -            1.04    -",
+		"demo-web/vda   rfa (settling)   0.15  xfs/ext4 raw      -            -       -",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for _, l := range lines[1:] {
+		if !smokeSettling.MatchString(l) || !smokeNoVerdict.MatchString(l) {
+			t.Errorf("demo-smoke's settling patterns do not match %q", l)
+		}
+		if smokeMail.MatchString(l) || smokeWeb.MatchString(l) {
+			t.Errorf("demo-smoke's final pattern matches a settling row %q", l)
+		}
+	}
+	// A verdict beside a settling class would fail demo-smoke: its
+	// patterns tell the two apart. (The demo never prints such a row:
+	// verdictText gives "-" while the class settles.)
+	bad := "demo-web/vda   rfa (settling)   0.95  xfs/ext4 raw      worst, published  -       -"
+	if !smokeSettling.MatchString(bad) || smokeNoVerdict.MatchString(bad) {
+		t.Errorf("demo-smoke's settling patterns do not catch %q", bad)
+	}
+	// Once settled, the same disks show as demo-smoke expects at the end.
+	lines = conclusionsTable(demoDisks(), lineWidth)
+	for _, l := range lines[1:3] {
+		if smokeSettling.MatchString(l) {
+			t.Errorf("a settled row matches the settling pattern: %q", l)
+		}
+	}
+	// The widest class while settling still leaves a line within the width.
+	d := earlyDisks()
+	d[1].class = "fileserver"
+	checkWidth(t, "conclusions with fileserver settling", conclusionsTable(append(d, longDisks()...), lineWidth))
+	if c := conclusionsTable(d, lineWidth)[2]; !strings.Contains(c, "fileserver (settling)") {
+		t.Errorf("row %q, want the class whole", c)
 	}
 }
 
@@ -245,6 +311,23 @@ func TestFinalSummary(t *testing.T) {
 		t.Errorf("first line %q", lines[0])
 	}
 
+	// A disk whose class is still settling: said so, no verdict nor advice.
+	early := finalSummary(at, earlyDisks(), nil, nil, "", "/var/tmp/fspair-demo/log", lineWidth)
+	checkWidth(t, "final summary, classes settling", early)
+	flat = strings.Join(strings.Fields(strings.Join(early, "\n")), " ")
+	for _, w := range []string{
+		"demo-web/vda rfa, still settling (confidence 0.15) on xfs/ext4 raw: the class has not held for the settle time yet, " +
+			"so no verdict nor alert acts on it.",
+		"demo-mail/vda mail, still settling (confidence 0.40)",
+	} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("summary of settling disks lacks %q:\n%s", w, strings.Join(early, "\n"))
+		}
+	}
+	if strings.Contains(flat, "lists this pair") || strings.Contains(flat, "neither best nor worst") {
+		t.Errorf("summary of settling disks gives a verdict:\n%s", strings.Join(early, "\n"))
+	}
+
 	// Long values, no report, no alert fired.
 	lines = finalSummary(at, longDisks(), nil, nil, "", "/var/tmp/fspair-demo/log", lineWidth)
 	checkWidth(t, "final summary, long values", lines)
@@ -261,7 +344,7 @@ func TestFinalSummary(t *testing.T) {
 // and say which one the rules act on, whichever is in force.
 func TestDisagreement(t *testing.T) {
 	published := diskState{disk: "db/vda", domain: "db", target: "vda", guestFS: "ext4", hostFS: "btrfs", format: "raw",
-		class: "mail", confidence: 0.9, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable",
+		class: "mail", confidence: 0.9, settled: 1, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable",
 		study: "djordjevic2022", kdbRates: true, writeAmp: math.NaN()}
 	site := demoDisks()[0]
 	notes := verdictNotes([]diskState{published, site, demoDisks()[1]}, lineWidth)
@@ -346,7 +429,7 @@ func TestSeriesAreRecorded(t *testing.T) {
 		}
 		rules += string(b)
 	}
-	for _, s := range []string{seriesClass, seriesConfidence, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
+	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
 		if !strings.Contains(rules, "- record: "+s+"\n") {
 			t.Errorf("%s is recorded by no rule of rules/", s)
 		}
@@ -367,12 +450,24 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 		seriesDisks: {
 			{Metric: disk("demo-mail", "guest_fs", "ext4", "host_fs", "btrfs", "format", "qcow2")},
 			{Metric: disk("demo-web", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
+			{Metric: disk("early", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
+			{Metric: disk("changed", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
 		},
-		seriesClass:      {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")}},
-		seriesConfidence: {{Metric: disk("demo-mail"), Value: []any{1.0, "1"}}, {Metric: disk("demo-web"), Value: []any{1.0, "0.9867"}}},
+		// early: rfa, still settling, with a verdict series (the rules give
+		// none; the demo must not show one whatever Prometheus answers);
+		// changed: web, settled, but the verdict is still the previous
+		// class's (the pairing group evaluates after the class's).
+		seriesClass: {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")},
+			{Metric: disk("early", "class", "rfa")}, {Metric: disk("changed", "class", "web")}},
+		seriesConfidence: {{Metric: disk("demo-mail"), Value: []any{1.0, "1"}}, {Metric: disk("demo-web"), Value: []any{1.0, "0.9867"}},
+			{Metric: disk("early"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed"), Value: []any{1.0, "0.9"}}},
+		seriesSettled: {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")},
+			{Metric: disk("early", "class", "rfa"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed", "class", "web")}},
 		seriesVerdict: {
-			{Metric: disk("demo-mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4", "published_verdict", "best")},
-			{Metric: disk("demo-web", "verdict", "best", "source", "djordjevic2022")},
+			{Metric: disk("demo-mail", "class", "mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4", "published_verdict", "best")},
+			{Metric: disk("demo-web", "class", "web", "verdict", "best", "source", "djordjevic2022")},
+			{Metric: disk("early", "class", "rfa", "verdict", "worst", "source", "djordjevic2022")},
+			{Metric: disk("changed", "class", "rfa", "verdict", "worst", "source", "djordjevic2022")},
 		},
 		seriesWriteAmp: {{Metric: disk("demo-mail"), Value: []any{1.0, "13.88"}}},
 		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "source": "djordjevic2022", "advice": "Avoid btrfs on the host."}}},
@@ -413,10 +508,16 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(disks) != 2 || len(alerts) != 2 {
-		t.Fatalf("%d disks, %d alerts; want 2 and 2: %+v %+v", len(disks), len(alerts), disks, alerts)
+	if len(disks) != 4 || len(alerts) != 2 {
+		t.Fatalf("%d disks, %d alerts; want 4 and 2: %+v %+v", len(disks), len(alerts), disks, alerts)
 	}
-	mail, web := disks[0], disks[1]
+	changed, mail, web, early := disks[0], disks[1], disks[2], disks[3]
+	if !early.settling() || early.settled != 0.17 || early.classText() != "rfa (settling)" || early.verdict != "" || early.verdictText() != "-" {
+		t.Errorf("a disk whose class settles: %+v, want rfa (settling) without a verdict", early)
+	}
+	if changed.settling() || changed.verdict != "" || changed.verdictText() != "-" {
+		t.Errorf("a disk whose verdict is on its previous class: %+v, want no verdict", changed)
+	}
 	if mail.disk != "demo-mail/vda" || mail.class != "mail" || mail.confidence != 1 || mail.verdict != "worst" || mail.source != "site" ||
 		mail.betterPairs != "btrfs/ext4, xfs/ext4" || mail.writeAmp != 13.88 || mail.advice != "Avoid btrfs on the host." ||
 		mail.pairText() != "ext4/btrfs qcow2" || mail.publishedVerdict != "best" || mail.siteVerdict != "" || mail.study != "djordjevic2022" {
@@ -441,16 +542,20 @@ func TestVerdictText(t *testing.T) {
 		d    diskState
 		want string
 	}{
-		{diskState{class: "mail", verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
-		{diskState{class: "web", verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
-		{diskState{class: "mail", verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
+		{diskState{class: "mail", settled: 1, verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
+		{diskState{class: "web", settled: 1, verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
+		{diskState{class: "mail", settled: 1, verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
 		// Both sources rated the pair: marked, for the note under the table.
-		{diskState{class: "mail", verdict: "worst", source: "site", publishedVerdict: "best", kdbRates: true}, "worst, site*"},
-		{diskState{class: "mail", verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable", kdbRates: true}, "worst, published*"},
+		{diskState{class: "mail", settled: 1, verdict: "worst", source: "site", publishedVerdict: "best", kdbRates: true}, "worst, site*"},
+		{diskState{class: "mail", settled: 1, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable", kdbRates: true}, "worst, published*"},
 		// A pair the knowledge base does not list for the class.
-		{diskState{class: "mail"}, "neither"},
+		{diskState{class: "mail", settled: 1}, "neither"},
 		// Listed, but the rules have not joined the verdict to the disk yet.
-		{diskState{class: "mail", kdbRates: true}, "-"},
+		{diskState{class: "mail", settled: 1, kdbRates: true}, "-"},
+		// A class still settling has no verdict, whatever the series say.
+		{diskState{class: "mail", settled: 0.99, verdict: "worst", source: "site", kdbRates: true}, "-"},
+		{diskState{class: "mail", settled: 0.5}, "-"},
+		{diskState{class: "mail", settled: math.NaN(), verdict: "worst", source: "site"}, "-"},
 		{diskState{class: "idle"}, "-"},
 		{diskState{class: "mixed"}, "-"},
 		{diskState{}, "-"},

@@ -140,6 +140,7 @@ func run() int {
 		rulesGen    = flag.String("rules.gen", "bin/fspair-rules-gen", "the rules generator (go build ./rules/gen), run from the repository's root")
 		forScale    = flag.Float64("alerts.for-scale", 0.05, "multiply every alert's `for` by this in the demo's rules (1: as committed)")
 		longEvery   = flag.String("rules.long-interval", "", "evaluate the long-window rule groups this often (rules/gen -long-interval; empty: as committed, 3m); make demo-smoke's 30s has the long-window series sooner")
+		settle      = flag.String("rules.settle", "", "a class is settled, and the verdict and alerts act on it, once held this long (rules/gen -settle; empty: as committed, one rule window plus a minute, 6m); make demo-smoke's 2m has the verdicts sooner")
 		reportBin   = flag.String("report", "bin/fspair-report", "the report renderer (go build ./report); empty: render no report")
 		reportEvery = flag.Duration("report.interval", 3*time.Minute, "how often to render the report into the stack directory's report/")
 		reportLimit = flag.Duration("report.timeout", 2*time.Minute, "the most one rendering of the report may take")
@@ -157,7 +158,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "demo: --alerts.for-scale %v: must be at least 0\n", *forScale)
 		return 2
 	}
-	st.site, st.forScale, st.rulesGen, st.longEvery = *site, *forScale, *rulesGen, *longEvery
+	st.site, st.forScale, st.rulesGen, st.longEvery, st.settle = *site, *forScale, *rulesGen, *longEvery, *settle
 	rep := &reporter{bin: *reportBin, disk: vms[1].name + "/vda", dir: filepath.Join(*stackDir, "report"),
 		every: *reportEvery, timeout: *reportLimit, done: make(chan renderResult, 1)}
 	var final []string
@@ -428,11 +429,12 @@ type stack struct {
 	// site, when set, is a site knowledge base to generate the rules with
 	// (by rulesGen, into DIR/rules) instead of loading rules/; forScale,
 	// when not 1, multiplies every alert's `for` in them; longEvery, when
-	// set, is how often their long-window groups are evaluated.
-	site, rulesGen string
-	forScale       float64
-	longEvery      string
-	env            map[string]string // DIR/stack.env, once started
+	// set, is how often their long-window groups are evaluated; settle,
+	// when set, how long a class must be held to be settled.
+	site, rulesGen    string
+	forScale          float64
+	longEvery, settle string
+	env               map[string]string // DIR/stack.env, once started
 }
 
 // reset empties the stack's directory of an earlier run, unless a stack
@@ -464,7 +466,7 @@ func (s *stack) start() error {
 	args := strings.TrimSpace(os.Getenv("FSPAIR_EXPORTER_ARGS") + " --discovery.proc.qmp")
 	cmd.Env = append(os.Environ(), "FSPAIR_EXPORTER_BIN="+exporter, "FSPAIR_EXPORTER_ARGS="+args,
 		"FSPAIR_STACK_PROBE_MODE="+lab.ProbeMode())
-	if s.site != "" || s.forScale != 1 || s.longEvery != "" {
+	if s.site != "" || s.forScale != 1 || s.longEvery != "" || s.settle != "" {
 		rules, err := s.generateRules()
 		if err != nil {
 			return err
@@ -498,7 +500,8 @@ func (s *stack) start() error {
 // workload and pair, with source="site", and its figures become
 // fspair_kdb_site_measurement), the alerts' `for` scaled (-for-scale) and,
 // when longEvery is set, the long-window groups evaluated that often
-// (-long-interval). Nothing else differs from rules/.
+// (-long-interval) and, when settle is set, that settle time (-settle).
+// Nothing else differs from rules/.
 func (s *stack) generateRules() (string, error) {
 	dir, err := filepath.Abs(filepath.Join(s.dir, "rules"))
 	if err != nil {
@@ -510,6 +513,9 @@ func (s *stack) generateRules() (string, error) {
 	}
 	if s.longEvery != "" {
 		args = append(args, "-long-interval", s.longEvery)
+	}
+	if s.settle != "" {
+		args = append(args, "-settle", s.settle)
 	}
 	out, err := exec.Command(s.rulesGen, args...).CombinedOutput()
 	if err != nil {
@@ -524,6 +530,9 @@ func (s *stack) generateRules() (string, error) {
 	}
 	if s.longEvery != "" {
 		what = append(what, fmt.Sprintf("the long-window groups evaluated every %s", s.longEvery))
+	}
+	if s.settle != "" {
+		what = append(what, fmt.Sprintf("a class settled once held %s", s.settle))
 	}
 	printLines(wrap("demo: ", fmt.Sprintf("rules of rules/ with %s in %s", strings.Join(what, " and "), dir), lineWidth))
 	return dir, nil

@@ -101,7 +101,10 @@ sleep 1; wget -q -O /dev/null http://127.0.0.1/f/0.html`, workload.MountPoint, w
 	}
 	exURL, _ := url.Parse(ex.URL)
 	stack := alerting.Start(t, alerting.Options{
-		RulesDir:           alerting.GenerateRules(t, alerting.RuleOptions{Short: "1m", Long: "5m"}),
+		// A class settled once held 10 s: the load test is about the
+		// dashboards' queries under load, whose verdict and fleet panels
+		// would otherwise stay empty for the settle time (2 minutes).
+		RulesDir:           alerting.GenerateRules(t, alerting.RuleOptions{Short: "1m", Long: "5m", Settle: "10s"}),
 		ScrapeTargets:      []alerting.Target{{Address: exURL.Host}},
 		ScrapeInterval:     5 * time.Second,
 		EvaluationInterval: 10 * time.Second,

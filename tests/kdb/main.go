@@ -94,9 +94,10 @@ type size struct {
 
 // Sizes are the presets of -size.
 //
-// quick fits a CI job of about 8 minutes (14 runs: two blocks of the 4
+// quick fits a job of about 7 minutes (14 runs: two blocks of the 4
 // cells and the 3 control runs, and 4-5 guest boots a block; before the
-// blocks it was 8 runs of 30 s and 8 minutes; the runs are 20 s since): the two pairs the CI validation
+// blocks it was 8 runs of 30 s and 8 minutes; the runs are 20 s since;
+// make test runs its first block, -repeats 1): the two pairs the CI validation
 // uses (tests/validate), which the published table rates apart for both
 // workloads (ext4/xfs best, xfs/xfs worst for mail and fileserver), mail
 // and fileserver only, two repeats of 20 s. Those two workloads put their

@@ -42,9 +42,9 @@
 //	# every `for` x0.01, 150 s per workload, rules every 5 s
 //	flock /var/tmp/fspair-lab.lock go test -count=1 -v -timeout 40m ./tests/validate/ -run 'TestValidate$'
 //
-//	# full matrix, ~2 h 45 min: six pairs two at a time, production windows
-//	# (5m/1h), FspairPoorPairing's 1h `for` x0.1, 12 min per workload
-//	flock /var/tmp/fspair-lab.lock go test -tags validate -count=1 -v -timeout 4h ./tests/validate/ -run 'TestValidateFull$'
+//	# full matrix, ~4 h (estimated): six pairs two at a time, production windows
+//	# (5m/1h), FspairPoorPairing's 1h `for` x0.1, 18 min per workload (6m of it the settle time)
+//	flock /var/tmp/fspair-lab.lock go test -tags validate -count=1 -v -timeout 5h ./tests/validate/ -run 'TestValidateFull$'
 //
 // The full run records its results in testdata/results-full.json and the
 // generated part of RESULTS.md; the CI subset does so for

@@ -38,6 +38,7 @@ type Settings struct {
 	Long              string  `json:"long_window"`
 	ForScale          float64 `json:"for_scale"`
 	PoorPairingFor    string  `json:"poor_pairing_for"` // the `for` of FspairPoorPairing as generated
+	Settle            string  `json:"settle,omitempty"` // rules/gen -settle; empty: rules/classes.yaml's
 	ScrapeSeconds     float64 `json:"scrape_seconds"`
 	EvaluationSeconds float64 `json:"evaluation_seconds"`
 	RuntimeSeconds    float64 `json:"runtime_seconds"` // fio runtime per workload

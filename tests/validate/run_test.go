@@ -47,6 +47,11 @@ type config struct {
 	record       bool          // save testdata/results-<kind>.json and splice RESULTS.md
 	tables       bool          // log the per-evaluation table of every run, not only failed ones
 	command      string        // how to repeat the run, for the record
+	// features: the exporter's window features of each run of one of
+	// workload.Workloads must meet what tests/workload's classifier is
+	// built on (workload.Mismatches: the feature ranges of Expect, and
+	// Classify naming the workload), over the same window as the class.
+	features bool
 }
 
 // window is the short rule window, over which the class is computed.
@@ -98,7 +103,7 @@ func runValidation(t *testing.T, cfg config) *Results {
 	res := &Results{
 		Kind: cfg.kind, Command: cfg.command,
 		Settings: Settings{
-			Short: cfg.rules.Short, Long: cfg.rules.Long, ForScale: cfg.rules.ForScale,
+			Short: cfg.rules.Short, Long: cfg.rules.Long, ForScale: cfg.rules.ForScale, Settle: cfg.rules.Settle,
 			ScrapeSeconds: cfg.scrape.Seconds(), EvaluationSeconds: cfg.eval.Seconds(),
 			RuntimeSeconds: cfg.runtime.Seconds(), WarmupSeconds: cfg.warmup().Seconds(),
 			Concurrent: min(2, len(cfg.pairs)),
@@ -246,7 +251,12 @@ type disk struct {
 	g      *workload.Guest
 	name   string
 	result *PairResult
+	rec    *workload.Recorder // the disk's scrapes, when the config checks features
 }
+
+// featureInterval is how often a disk's features are scraped: the
+// measurement runs' 2 s, so a 1 minute window spans about 30 scrapes.
+const featureInterval = 2 * time.Second
 
 // runBatch boots one guest per pair (at most two: the machine has two
 // cores and a TCG guest keeps one busy), runs every workload in all of
@@ -292,6 +302,15 @@ func (e *env) runBatch(ctx context.Context, t *testing.T, pairs []workload.Pair,
 		if info.Info["guest_fs"] != p.GuestFS || info.Info["host_fs"] != p.HostFS || info.Info["format"] != p.Format {
 			t.Fatalf("%s: exporter labels %v, want guest_fs=%s host_fs=%s format=%s", d.name, info.Info, p.GuestFS, p.HostFS, p.Format)
 		}
+		if cfg.features {
+			d.rec = e.ex.Record(ctx, d.g.Disk.File, featureInterval)
+			rec := d.rec
+			t.Cleanup(func() {
+				if _, err := rec.Stop(); err != nil {
+					t.Logf("%s: feature scrapes that failed (those points are missing): %v", d.name, err)
+				}
+			})
+		}
 	}
 
 	// Every workload's files are laid out first, so that each switch is
@@ -328,8 +347,14 @@ func (e *env) runBatch(ctx context.Context, t *testing.T, pairs []workload.Pair,
 		stage("%s: run %s in %d guests", w, cfg.runtime, len(disks))
 		starts := make([]time.Time, len(disks))
 		err := parallelIdx(disks, func(i int, d *disk) error {
+			if d.rec != nil {
+				d.rec.SetPhase(ctx, string(w))
+			}
 			starts[i] = time.Now()
 			_, err := workload.Run(ctx, d.g.VM, w, cfg.runtime)
+			if d.rec != nil {
+				d.rec.SetPhase(ctx, "after:"+string(w))
+			}
 			return err
 		})
 		earliest, latest := starts[0], starts[0]
@@ -359,6 +384,7 @@ func (e *env) runBatch(ctx context.Context, t *testing.T, pairs []workload.Pair,
 				if err != nil {
 					wr = WorkloadResult{Workload: string(w), Problems: []string{"check failed: " + err.Error()}}
 				}
+				wr.Problems = append(wr.Problems, e.checkFeatures(t, d, w, starts[i])...)
 				results[i][k] = wr
 				status := "ok"
 				if len(wr.Problems) > 0 {
@@ -441,6 +467,29 @@ func (e *env) checkRun(ctx context.Context, t *testing.T, d *disk, w workload.Wo
 		}
 	}
 	return wr, nil
+}
+
+// checkFeatures checks the window features of the run of w that started
+// at start on d, from the disk's own scrapes (config.features), over the
+// run's part after the warm-up, which the class is judged on too: the
+// previous workload's writes out of the rule window and the guest's
+// write-back, and this workload alone. A variant promises no exact mix
+// (tests/workload TestJobs), so only the four workloads are checked.
+func (e *env) checkFeatures(t *testing.T, d *disk, w workload.Workload, start time.Time) []string {
+	if d.rec == nil || w.Class() != w {
+		return nil
+	}
+	ph := workload.Phase{Workload: w, Start: start, Runtime: e.cfg.runtime}
+	f, span, err := ph.Window(d.rec.Points(), e.cfg.warmup())
+	if err != nil {
+		return []string{"features: " + err.Error()}
+	}
+	t.Logf("%s %s: features over %.0f s from %s into the run:\n%s", d.g.Pair, w, span.Seconds(), e.cfg.warmup(), workload.Describe(f))
+	var probs []string
+	for _, m := range workload.Mismatches(w, f) {
+		probs = append(probs, "features: "+m)
+	}
+	return probs
 }
 
 // checkAlert reads what FspairPoorPairing did for the disk with the run's

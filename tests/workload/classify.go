@@ -1,6 +1,9 @@
 package workload
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Class is a workload class: one of Workloads, or Idle or Mixed.
 type Class string
@@ -48,8 +51,8 @@ var open = math.NaN()
 
 // Expect is, per workload, the range of each feature its rule in Classify
 // tests: the measured values of every pair lie inside with margin
-// (TestFeaturesFile), and TestPersonalities checks a fresh run against
-// them.
+// (TestFeaturesFile), and tests/validate's TestValidate checks fresh runs
+// in make test against them (Mismatches).
 var Expect = map[Workload]map[string]Range{
 	Web: {
 		FeatReadWriteRatio:  {ReadOnlyRatio, open},
@@ -99,6 +102,24 @@ func Classify(f Features) Class {
 		}
 	}
 	return Mixed
+}
+
+// Mismatches lists how the features f of a window of w (one of
+// Workloads) differ from what Classify is built on: each feature of
+// Expect[w] absent or outside its range, and the class Classify names
+// when it is not w's. Empty when the window is one of w's.
+func Mismatches(w Workload, f Features) []string {
+	var out []string
+	for _, n := range sortedKeys(Expect[w]) {
+		r := Expect[w][n]
+		if v, ok := f[n]; !ok || !r.Contains(v) {
+			out = append(out, fmt.Sprintf("%s = %s, want %s", n, fv(f, n), r))
+		}
+	}
+	if got := Classify(f); got != Class(w) {
+		out = append(out, fmt.Sprintf("classified %s", got))
+	}
+	return out
 }
 
 // matches reports whether every feature of want is present in f and in

@@ -28,9 +28,11 @@
 // pairs and host settings and records these features and the live class
 // per window (FEATURES.md, "The real Filebench personalities").
 //
-// TestPersonalities (CI) boots one pair and checks that each workload's
-// separating features land in their ranges. TestMeasure (build tag
-// measure) measures the full matrix into testdata/features.json and
-// FEATURES.md. Both boot TCG guests: run them under
-// `flock /var/tmp/fspair-lab.lock`, one guest at a time.
+// make test checks that each workload's separating features land in their
+// ranges on fresh runs in tests/validate's TestValidate (Mismatches).
+// TestPersonalities (build tag measure) makes the same check on one pair
+// with each workload run alone; TestMeasure (same tag) measures the full
+// matrix into testdata/features.json and FEATURES.md. Both boot TCG
+// guests: run them under `flock /var/tmp/fspair-lab.lock`, one guest at a
+// time.
 package workload

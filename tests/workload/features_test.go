@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,6 +255,31 @@ func TestClassify(t *testing.T) {
 		if got := Classify(c.f); got != c.want {
 			t.Errorf("%s: Classify = %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestMismatches: a window that meets its workload's ranges has none; one
+// of another workload names each feature out of range and the class it
+// got.
+func TestMismatches(t *testing.T) {
+	mail := Features{FeatIOPS: 300, FeatReadShare: 0.5, FeatReadWriteRatio: 1, FeatRandomReadShare: 0.9, FeatMeanReadSize: 10 << 10, FeatSyncWriteShare: 0.95}
+	if m := Mismatches(Mail, mail); len(m) != 0 {
+		t.Errorf("mail's window against mail: %v, want none", m)
+	}
+	m := Mismatches(Fileserver, mail)
+	want := []string{
+		"mean_read_bytes = 10.0 KiB, want " + Expect[Fileserver][FeatMeanReadSize].String(),
+		"sync_write_share = 0.95, want " + Expect[Fileserver][FeatSyncWriteShare].String(),
+		"classified mail",
+	}
+	if !slices.Equal(m, want) {
+		t.Errorf("mail's window against fileserver:\n got %q\nwant %q", m, want)
+	}
+	// A feature the window lacks (no reads: no mean read size) is a
+	// mismatch too.
+	noReads := Features{FeatIOPS: 300, FeatReadShare: 0, FeatReadWriteRatio: 0, FeatSyncWriteShare: 0.95}
+	if m := Mismatches(Mail, noReads); !slices.Contains(m, "mean_read_bytes = -, want "+Expect[Mail][FeatMeanReadSize].String()) {
+		t.Errorf("a window without reads against mail: %q, want the missing mean read size named", m)
 	}
 }
 

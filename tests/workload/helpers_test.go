@@ -1,9 +1,9 @@
+//go:build measure
+
 package workload
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"testing"
 	"time"
 
@@ -74,35 +74,4 @@ func buildExporter(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
-}
-
-func TestParseVariants(t *testing.T) {
-	for _, s := range []string{"mail", "mail-batched", "rfa-bigfiles", "mail-safecat"} {
-		w, err := ParseWorkload(s)
-		if err != nil || string(w) != s {
-			t.Errorf("ParseWorkload(%q) = %q, %v", s, w, err)
-		}
-	}
-	if w, _ := ParseWorkload("mail-batched"); w.Class() != Mail {
-		t.Errorf("class of mail-batched: %q", w.Class())
-	}
-	// Every app is named CLASS-NAME after a class, has its script, and
-	// is not also a fio variant.
-	for _, w := range AppWorkloads() {
-		if !slices.Contains(Workloads, w.Class()) || w.Class() == w {
-			t.Errorf("app %q: want CLASS-NAME with CLASS one of %v", w, Workloads)
-		}
-		a, _ := FindApp(w)
-		if _, err := appScripts.ReadFile("apps/" + a.script() + ".sh"); err != nil {
-			t.Errorf("app %q: %v", w, err)
-		}
-		if slices.Contains(Variants(), w) {
-			t.Errorf("app %q is also a fio variant", w)
-		}
-	}
-	for _, s := range []string{"mail-nonesuch", "db-oltp", "", "-"} {
-		if _, err := ParseWorkload(s); !errors.Is(err, ErrUnknownWorkload) {
-			t.Errorf("ParseWorkload(%q): %v, want ErrUnknownWorkload", s, err)
-		}
-	}
 }

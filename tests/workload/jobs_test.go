@@ -14,7 +14,10 @@ import (
 // copies the same binary into the guest) in a temporary directory and
 // checks the operation mix fio itself reports: the ratios each job file
 // promises in its comments, which fio's flow control is to keep whatever
-// the speed of the disk.
+// the speed of the disk. The jobs run side by side (go test's -parallel,
+// the CPUs by default): each is time-based and mostly waits (12 jobs took
+// 105 s one after another and 41 s of CPU), and what is checked are
+// ratios, which a slower disk or CPU does not change.
 func TestJobs(t *testing.T) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		t.Fatalf("fio not found (install the packages in tests/lab/packages.txt): %v", err)
@@ -43,6 +46,7 @@ func TestJobs(t *testing.T) {
 	}
 	for _, w := range append(append([]Workload{}, Workloads...), variants...) {
 		t.Run(string(w), func(t *testing.T) {
+			t.Parallel()
 			job, err := Job(w)
 			if err != nil {
 				t.Fatal(err)

@@ -163,7 +163,7 @@ func measurePair(t *testing.T, bin string, p Pair) ([]RunResult, int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s on %s: window %.0fs, fio %+v\n%s", w, p, span.Seconds(), ph.Fio, describe(f))
+		t.Logf("%s on %s: window %.0fs, fio %+v\n%s", w, p, span.Seconds(), ph.Fio, Describe(f))
 		r := RunResult{Workload: w, Pair: p.String(), WindowSeconds: span.Seconds(),
 			Features: f, Fio: ph.Fio, Measured: time.Now().UTC().Truncate(time.Second), From: &from, To: &to}
 		if *flagSub > 0 {

@@ -152,6 +152,16 @@ func Render(r *Results) string {
 }
 
 // fv formats feature n of f, or "-" when absent.
+// Describe lists f one feature a line, in the units of FEATURES.md, for
+// a test log.
+func Describe(f Features) string {
+	var b strings.Builder
+	for _, n := range f.Names() {
+		fmt.Fprintf(&b, "  %-30s %s\n", n, format(n, f[n]))
+	}
+	return b.String()
+}
+
 func fv(f Features, n string) string {
 	v, ok := f[n]
 	if !ok {

@@ -1,0 +1,80 @@
+package classifier
+
+import (
+	"math"
+	"testing"
+)
+
+// TestSettleTime: classes.yaml's settle is one short window plus a minute,
+// so 120 s at the lab's 1m window and 360 s at the default 5m.
+func TestSettleTime(t *testing.T) {
+	m := model(t)
+	for window, want := range map[float64]float64{60: 120, 300: 360} {
+		if got := m.Settle.Time(window); got != want {
+			t.Errorf("settle time with a %v s window: %v, want %v", window, got, want)
+		}
+	}
+}
+
+// TestSettling follows one disk evaluated every 15 s with a 1m window
+// (settle 120 s): a class that flips during a layout never settles, and
+// its confidence stays damped; a class that holds is settled 120 s after
+// it was first chosen, with its confidence whole from then on.
+func TestSettling(t *testing.T) {
+	m := model(t)
+	var evals []Evaluation
+	add := func(from, to float64, class string) {
+		for s := from; s < to; s += 15 {
+			evals = append(evals, Evaluation{Time: 1000 + s, Class: class, Confidence: 0.95})
+		}
+	}
+	add(0, 45, "mixed") // the layout: writes only
+	add(45, 105, "rfa") // reads start: rfa for a minute
+	add(105, 300, "web")
+	got := m.Settling(60, evals)
+	for i, e := range evals {
+		s, rel := got[i], e.Time-1000
+		var since float64
+		switch {
+		case rel < 45:
+			since = 1000
+		case rel < 105:
+			since = 1045
+		default:
+			since = 1105
+		}
+		ratio := math.Min((e.Time-since)/120, 1)
+		if s.Since != since || s.Held != e.Time-since || math.Abs(s.Ratio-ratio) > 1e-12 ||
+			math.Abs(s.Confidence-0.95*ratio) > 1e-12 || s.Settled != (e.Time-since >= 120) {
+			t.Errorf("%s at %v s: %+v, want since %v, ratio %v", e.Class, rel, s, since-1000, ratio)
+		}
+		if e.Class != "web" && (s.Settled || s.Confidence >= 0.9) {
+			t.Errorf("%s at %v s, during the layout: settled %v at confidence %v", e.Class, rel, s.Settled, s.Confidence)
+		}
+	}
+	if last := got[len(got)-1]; !last.Settled || last.Confidence != 0.95 {
+		t.Errorf("web held for %v s: %+v, want settled at confidence 0.95", last.Held, last)
+	}
+}
+
+// TestSettlingRestarts: a class chosen again after another starts a new
+// hold, as the rule's series of the first went stale; so does a gap of
+// the lookback between evaluations, after which the rule no longer sees
+// its last sample.
+func TestSettlingRestarts(t *testing.T) {
+	m := model(t)
+	got := m.Settling(60, []Evaluation{
+		{0, "mail", 1}, {60, "mail", 1}, {120, "mail", 1}, // settled at 120
+		{135, "fileserver", 1}, {150, "mail", 1}, // back, but from the start
+		{150 + Lookback - 1, "mail", 1},   // a gap just under the lookback: still held
+		{150 + 2*Lookback - 1, "mail", 1}, // a gap of the lookback: a new hold
+	})
+	for i, want := range []struct {
+		since   float64
+		settled bool
+	}{{0, false}, {0, false}, {0, true}, {135, false}, {150, false}, {150, true}, {150 + 2*Lookback - 1, false}} {
+		if got[i].Since != want.since || got[i].Settled != want.settled {
+			t.Errorf("evaluation %d: %+v, want since %v, settled %v", i, got[i], want.since, want.settled)
+		}
+	}
+}
