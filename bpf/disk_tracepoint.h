@@ -6,9 +6,11 @@
  *
  * - direct I/O on ext4, XFS and Btrfs (QEMU's cache=none, aio=threads or
  *   native): iomap_dio_rw_begin and iomap_dio_complete, timed (v6.3+);
- * - io_uring reads and writes: at iomap's begin like linux-aio's, done at
- *   io_uring's completion (disk.h uring_enter), timed; their flushes at the
- *   file systems' fsync hooks below, in io_uring's workers;
+ * - io_uring reads and writes: at iomap's begin like linux-aio's (XFS's
+ *   buffered ones at its tracepoints below), done at io_uring's completion
+ *   (disk.h uring_enter), timed; the rest (buffered I/O on ext4 and Btrfs)
+ *   at io_uring's submission (disk.bpf.c uring_fs_sees); their flushes at
+ *   the file systems' fsync hooks below, in io_uring's workers;
  * - flushes: ext4_sync_file_enter/exit (timed); XFS's xfs_file_fsync and
  *   Btrfs's btrfs_sync_file fire at the start only (counted, untimed);
  * - XFS buffered reads and writes: xfs_file_buffered_read/write at the
@@ -17,7 +19,8 @@
  *   ext4_zero_range, ext4_fallocate_enter at the start (counted, untimed).
  *
  * What it cannot see, and user space says so per disk
- * (fspair_disk_unfollowed): buffered reads and writes on ext4 and Btrfs,
+ * (fspair_disk_unfollowed): buffered reads and writes of QEMU's threads
+ * on ext4 and Btrfs,
  * fallocate on XFS and Btrfs, direct writes Btrfs turns into buffered ones
  * (checksummed files: v6.15+, and Debian's 6.12), and, before v6.3, any direct I/O.
  */

@@ -228,6 +228,7 @@ const (
 	DiskVarTrackAllTasks         = "track_all_tasks"
 	DiskVarTrackedSbCount        = "tracked_sb_count"
 	DiskVarTrackedSbs            = "tracked_sbs"
+	DiskVarUringSubmitRest       = "uring_submit_rest"
 )
 
 // LoadDisk returns the embedded CollectionSpec for Disk.
@@ -380,6 +381,7 @@ type DiskVariableSpecs struct {
 	TrackAllTasks         *ebpf.VariableSpec `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.VariableSpec `ebpf:"tracked_sbs"`
+	UringSubmitRest       *ebpf.VariableSpec `ebpf:"uring_submit_rest"`
 }
 
 // DiskObjects contains all objects after they have been loaded into the kernel.
@@ -455,6 +457,7 @@ type DiskVariables struct {
 	TrackAllTasks         *ebpf.Variable `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.Variable `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.Variable `ebpf:"tracked_sbs"`
+	UringSubmitRest       *ebpf.Variable `ebpf:"uring_submit_rest"`
 }
 
 // DiskPrograms contains all programs after they have been loaded into the kernel.

@@ -331,6 +331,10 @@ func Load(opts Options) (*Probes, error) {
 			p.attach(pr)
 		}
 	}
+	if err := p.setURingRest(); err != nil {
+		p.Close()
+		return nil, err
+	}
 	if p.mode == ModeSyscall && p.allAttached(syscallAIOTiming) {
 		if err := p.vars.AioDioTraced.Set(uint32(1)); err != nil {
 			p.Close()
@@ -387,6 +391,48 @@ func (p *Probes) UseFS(fs string) {
 			p.attach(pr)
 		}
 	}
+	if err := p.setURingRest(); err != nil {
+		p.logger.Warn("io_uring's submission hook not told of the programs just attached: it goes on taking their requests", "err", err)
+	}
+}
+
+// The bits of bpf/disk.bpf.c's uring_submit_rest.
+const (
+	uringRest            = 1 << iota // the tracepoint mode: take only what no file-system hook sees
+	uringSeenDirect                  // iomap_dio_rw_begin
+	uringSeenBtrfsDWrite             // Btrfs's direct writes reach iomap
+	uringSeenXFSRead                 // xfs_file_buffered_read
+	uringSeenXFSWrite                // xfs_file_buffered_write
+)
+
+// setURingRest tells io_uring's submission hook, in the tracepoint mode,
+// which reads and writes the attached file-system programs see, so that
+// it takes only the rest (bpf/disk.bpf.c uring_fs_sees). A request that
+// both take counts once (they key it by the same io_kiocb), so a bit left
+// off costs only the latency's start; a bit set for a program that is not
+// attached would lose requests, and none is.
+func (p *Probes) setURingRest() error {
+	if p.mode != ModeTracepoint {
+		return nil
+	}
+	v := uint32(uringRest)
+	if p.attached(bpf.DiskProgDioRwBegin) {
+		v |= uringSeenDirect
+		// The same kernels as requirement's Btrfs direct writes.
+		if k := p.kernel; k[0] < 6 || k[0] == 6 && k[1] < 12 {
+			v |= uringSeenBtrfsDWrite
+		}
+	}
+	if p.attached(bpf.DiskProgXfsBufferedRead) {
+		v |= uringSeenXFSRead
+	}
+	if p.attached(bpf.DiskProgXfsBufferedWrite) {
+		v |= uringSeenXFSWrite
+	}
+	if err := p.vars.UringSubmitRest.Set(v); err != nil {
+		return fmt.Errorf("set uring_submit_rest: %w", err)
+	}
+	return nil
 }
 
 // Mode is the attach mode the probes run in, and the one asked for.
@@ -616,7 +662,7 @@ func (p *Probes) Unfollowed(fs, cache, aio string) []Gap {
 			switch {
 			case !ok:
 				missing = MissingRequests
-			case !p.allAttached(n.all):
+			case !p.allAttached(n.all) && (n.fallback == nil || !p.allAttached(n.fallback)):
 				missing = MissingRequests
 			case n.untimed, !p.allAttached(n.timing):
 				missing = MissingLatency
