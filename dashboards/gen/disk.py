@@ -253,7 +253,8 @@ def _knowledge_base() -> list[PanelBuilder]:
             "Knowledge-base verdict for this disk",
             "The knowledge base's verdict on the disk's guest/host pair for its live class, and the pairs it lists as better "
             "for that class (domain_disk:fspair_pair_verdict:info). Empty when the class is idle or mixed, still settling "
-            "(see 'Live workload class'), or the knowledge base does not list the pair. source=site: this site's own "
+            "(see 'Live workload class'), settled at a confidence below the one the rules act at (rules/classes.yaml "
+            "settle.min_confidence), or the knowledge base does not list the pair. source=site: this site's own "
             "measurement (rules/kdb/site.yaml).",
             "none",
             [Query(disk_rule("domain_disk:fspair_pair_verdict:info"))],

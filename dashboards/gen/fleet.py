@@ -90,7 +90,8 @@ def _overview() -> list[PanelBuilder]:
         ),
         stat_panel(
             "VM disks on a worst pair",
-            "VM disks whose live class, once settled (held for the settle time), is one the knowledge base lists their "
+            "VM disks whose live class, once settled (held for the settle time) at a confidence the rules act at "
+            "(rules/classes.yaml settle.min_confidence), is one the knowledge base lists their "
             'guest/host pair as worst for (domain_disk:fspair_pair_verdict:info{verdict="worst"}). FspairPoorPairing fires for '
             "those that stay so for its `for`.",
             "short",
@@ -232,8 +233,8 @@ def _worst_pairs() -> list[PanelBuilder]:
             "VM disks on the knowledge base's worst pairs",
             "VM disks whose live class is one the knowledge base lists their guest/host file-system pair as worst for, with the "
             "classifier's confidence (best score minus runner-up) and the pairs it lists as better for that class "
-            "(domain_disk:fspair_pair_verdict:info). Only disks whose class has settled (held for the settle time) have a "
-            "verdict. Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
+            "(domain_disk:fspair_pair_verdict:info). Only disks whose class has settled (held for the settle time), at "
+            "a confidence of at least rules/classes.yaml settle.min_confidence, have a verdict. Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
             "percentunit",
             [Query(expr)],
             [

@@ -17,6 +17,14 @@
 // times single PromQL expressions on a server without rules instead (what one
 // rule's parts cost per series), and -hold keeps it up for ad-hoc queries.
 //
+// -cost measures each rule apart from what else the machine runs: after the
+// warm-up the server stops scraping and evaluating, and each rule's expression
+// is run alone on what the rules last recorded, costed in the server's CPU time
+// (what evaluating it takes, however many cores other work holds) beside its
+// wall time. Per group and in total, these add up to what one evaluation of
+// every rule costs; the live evaluation times above are wall times of groups
+// that run at once and share the cores with everything else.
+//
 // The long-window rules read an hour of their own history; with a warm-up
 // shorter than the long window they read less and cost less than in steady
 // state, which the report says.
@@ -260,48 +268,71 @@ type groupTimes struct {
 	group, rule, interval map[string]float64
 }
 
-func (s *server) groups() (groupTimes, error) {
+// listedGroup is one rule group as /api/v1/rules lists it.
+type listedGroup struct {
+	Name           string    `json:"name"`
+	File           string    `json:"file"`
+	Interval       float64   `json:"interval"`
+	EvaluationTime float64   `json:"evaluationTime"`
+	LastEvaluation time.Time `json:"lastEvaluation"`
+	Rules          []struct {
+		Health         string  `json:"health"`
+		LastError      string  `json:"lastError"`
+		Name           string  `json:"name"`
+		Query          string  `json:"query"`
+		EvaluationTime float64 `json:"evaluationTime"`
+	} `json:"rules"`
+}
+
+// listGroups returns the server's rule groups, failing on a rule in error.
+// The fleet's two files (rules/fleet) share group names: a name that
+// repeats gets its file's, as name@file.
+func (s *server) listGroups() ([]listedGroup, error) {
 	resp, err := http.Get(s.url + "/api/v1/rules")
 	if err != nil {
-		return groupTimes{}, fmt.Errorf("query rules: %w", err)
+		return nil, fmt.Errorf("query rules: %w", err)
 	}
 	defer resp.Body.Close()
 	var r struct {
 		Data struct {
-			Groups []struct {
-				Name           string  `json:"name"`
-				File           string  `json:"file"`
-				Interval       float64 `json:"interval"`
-				EvaluationTime float64 `json:"evaluationTime"`
-				Rules          []struct {
-					Health         string  `json:"health"`
-					LastError      string  `json:"lastError"`
-					Name           string  `json:"name"`
-					EvaluationTime float64 `json:"evaluationTime"`
-				} `json:"rules"`
-			} `json:"groups"`
+			Groups []listedGroup `json:"groups"`
 		} `json:"data"`
 	}
-	g := groupTimes{group: map[string]float64{}, rule: map[string]float64{}, interval: map[string]float64{}}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return g, fmt.Errorf("decode rules: %w", err)
+		return nil, fmt.Errorf("decode rules: %w", err)
 	}
 	seen := map[string]int{}
 	for _, gr := range r.Data.Groups {
 		seen[gr.Name]++
 	}
-	for _, gr := range r.Data.Groups {
-		// The fleet's two files (rules/fleet) share group names: their
-		// file tells them apart.
+	for i, gr := range r.Data.Groups {
 		if seen[gr.Name] > 1 {
-			gr.Name += "@" + strings.TrimSuffix(filepath.Base(gr.File), ".rules.yml")
+			r.Data.Groups[i].Name += "@" + strings.TrimSuffix(filepath.Base(gr.File), ".rules.yml")
 		}
-		for i, rule := range gr.Rules {
+		for _, rule := range gr.Rules {
 			if rule.Health == "err" {
-				return g, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, gr.Name, rule.LastError)
+				return nil, fmt.Errorf("rule %s in group %s fails: %s", rule.Name, r.Data.Groups[i].Name, rule.LastError)
 			}
-			// A name repeats within a group (one per label set); the index keeps them apart.
-			g.rule[fmt.Sprintf("%s/%02d %s", gr.Name, i, rule.Name)] = rule.EvaluationTime
+		}
+	}
+	return r.Data.Groups, nil
+}
+
+// ruleKey names a rule in a group: a name repeats within a group (one per
+// label set), the index keeps them apart.
+func ruleKey(group string, i int, name string) string {
+	return fmt.Sprintf("%s/%02d %s", group, i, name)
+}
+
+func (s *server) groups() (groupTimes, error) {
+	g := groupTimes{group: map[string]float64{}, rule: map[string]float64{}, interval: map[string]float64{}}
+	groups, err := s.listGroups()
+	if err != nil {
+		return g, err
+	}
+	for _, gr := range groups {
+		for i, rule := range gr.Rules {
+			g.rule[ruleKey(gr.Name, i, rule.Name)] = rule.EvaluationTime
 		}
 		g.group[gr.Name] = gr.EvaluationTime
 		g.interval[gr.Name] = gr.Interval
@@ -338,7 +369,7 @@ type options struct {
 	disks, samples       int
 	bin, rulesDir        string
 	warmup, scrape, eval time.Duration
-	buckets, hold        bool
+	buckets, hold, cost  bool
 	queries              string
 	extra                []string
 }
@@ -354,12 +385,13 @@ func run() int {
 	flag.DurationVar(&o.eval, "eval", time.Minute, "rule evaluation interval")
 	flag.BoolVar(&o.buckets, "buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
 	extra := flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
-	flag.StringVar(&o.queries, "queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop")
+	flag.StringVar(&o.queries, "queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop; with -cost, cost them beside the rules on the server with them (a rewritten rule against the rule as it is)")
+	flag.BoolVar(&o.cost, "cost", false, "after the warm-up, stop scraping and evaluating and cost each rule alone on what the rules last recorded: the server's CPU time and the query's wall time, median of -samples runs (one server, no server without rules)")
 	flag.BoolVar(&o.hold, "hold", false, "after the warm-up, keep the server with rules up for ad-hoc PromQL (its URL printed) until interrupted, and measure nothing")
 	flag.Parse()
 	o.extra = strings.Fields(*extra)
-	if o.hold && o.queries != "" {
-		fmt.Fprintln(os.Stderr, "bench: -hold and -queries exclude each other")
+	if n := btoi(o.hold) + btoi(o.cost) + btoi(o.queries != "" && !o.cost); n > 1 {
+		fmt.Fprintln(os.Stderr, "bench: -hold, -cost and -queries exclude each other (but -cost takes -queries)")
 		return 2
 	}
 	if o.bin == "" {
@@ -436,7 +468,7 @@ func bench(o options) error {
 	defer srv.Shutdown(context.Background())
 	target := l.Addr().String()
 
-	if len(exprs) > 0 {
+	if len(exprs) > 0 && !o.cost {
 		// Timed alone: no rule evaluation competes with the queries.
 		ruleFiles = nil
 	}
@@ -447,6 +479,9 @@ func bench(o options) error {
 	defer with.stop()
 	if o.hold {
 		return holdOpen(with, o.warmup)
+	}
+	if o.cost {
+		return ruleCost(with, dir, o, ruleFiles, exprs)
 	}
 	if len(exprs) > 0 {
 		return timeQueries(with, o.disks, o.warmup, exprs)
@@ -462,10 +497,7 @@ func bench(o options) error {
 	if len(o.extra) > 0 {
 		fmt.Printf("# prometheus flags: %s\n", strings.Join(o.extra, " "))
 	}
-	for waited := time.Duration(0); waited < o.warmup; waited += time.Minute {
-		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, o.warmup)
-		time.Sleep(min(time.Minute, o.warmup-waited))
-	}
+	warmUp(o.warmup)
 	if _, err := with.groups(); err != nil {
 		return err
 	}
@@ -525,6 +557,21 @@ func bench(o options) error {
 	return nil
 }
 
+// warmUp sleeps d, saying so each minute.
+func warmUp(d time.Duration) {
+	for waited := time.Duration(0); waited < d; waited += time.Minute {
+		fmt.Fprintf(os.Stderr, "warming up: %s of %s\n", waited, d)
+		time.Sleep(min(time.Minute, d-waited))
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // timeQueries waits out the warm-up and prints each expression's evaluation
 // time as the server measures it (stats evalTotalTime, median of 3 runs),
 // its result's series and the time per result series.
@@ -539,18 +586,7 @@ func timeQueries(s *server, disks int, warmup time.Duration, exprs []string) err
 			if err != nil {
 				return fmt.Errorf("query %s: %w", e, err)
 			}
-			var r struct {
-				Status string `json:"status"`
-				Error  string `json:"error"`
-				Data   struct {
-					Result []json.RawMessage `json:"result"`
-					Stats  struct {
-						Timings struct {
-							EvalTotalTime float64 `json:"evalTotalTime"`
-						} `json:"timings"`
-					} `json:"stats"`
-				} `json:"data"`
-			}
+			var r queryAnswer
 			err = json.NewDecoder(resp.Body).Decode(&r)
 			resp.Body.Close()
 			if err != nil {
@@ -566,6 +602,20 @@ func timeQueries(s *server, disks int, warmup time.Duration, exprs []string) err
 		fmt.Printf("%8.1f ms %7d series %6.2f us a series  %s\n", m*1000, n, m*1e6/float64(max(n, 1)), e)
 	}
 	return nil
+}
+
+// queryAnswer is an instant query's answer with its statistics (stats=all).
+type queryAnswer struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Data   struct {
+		Result []json.RawMessage `json:"result"`
+		Stats  struct {
+			Timings struct {
+				EvalTotalTime float64 `json:"evalTotalTime"`
+			} `json:"timings"`
+		} `json:"stats"`
+	} `json:"data"`
 }
 
 // relPaths shortens absolute rule file paths to the working directory's.

@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestExpositionCoversRules checks that the synthetic exporter serves every
@@ -90,5 +94,61 @@ func TestGroupsApartByFile(t *testing.T) {
 	}
 	if g.rule["fspair.guest@fspair-fleet/00 b"] != 0.1 || g.interval["fspair.fleet"] != 180 {
 		t.Errorf("rules %v, intervals %v", g.rule, g.interval)
+	}
+}
+
+// TestProcessCPUNanos checks the CPU time read from the threads' schedstat
+// against the kernel's other account of it, getrusage, over 30 ms of work.
+func TestProcessCPUNanos(t *testing.T) {
+	rusage := func() time.Duration {
+		var r syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+	}
+	c0, err := processCPUNanos(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := rusage()
+	// Spin until 30 ms of CPU, not of wall time: a busy machine gives
+	// this process a fraction of a core.
+	for rusage()-r0 < 30*time.Millisecond {
+	}
+	r := rusage() - r0
+	c1, err := processCPUNanos(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Duration(c1 - c0); d < r/2 || d > 2*r+5*time.Millisecond {
+		t.Errorf("schedstat read %s of CPU where getrusage read %s", d, r)
+	}
+}
+
+// TestQueryCost checks what -cost sends for a rule (the expression at its
+// group's last evaluation) and what it reads back: the count as the
+// rule's series and the engine's evaluation time.
+func TestQueryCost(t *testing.T) {
+	var got url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		got = r.Form
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1795885200.5,"10000"]}],
+ "stats":{"timings":{"evalTotalTime":0.25}}}}`)
+	}))
+	defer srv.Close()
+	self, _ := os.FindProcess(os.Getpid())
+	s := &server{url: srv.URL, cmd: &exec.Cmd{Process: self}}
+	at := time.Date(2026, 11, 28, 17, 0, 0, 500e6, time.UTC)
+	c, err := s.queryCost(`count(domain_disk:x{op="read"})`, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("query") != `count(domain_disk:x{op="read"})` || got.Get("time") != "1795885200.500" {
+		t.Errorf("sent query %q at %q", got.Get("query"), got.Get("time"))
+	}
+	if c.series != 10000 || c.wall != 0.25 || c.cpu < 0 {
+		t.Errorf("cost %+v, want 10000 series and 0.25 s wall", c)
 	}
 }

@@ -186,9 +186,38 @@ type Model struct {
 	// Settle is how long a class must be held before anything acts on it
 	// (settle.go).
 	Settle Settle `yaml:"settle"`
-	// Temperature divides the squared distances in the softmax: above 1,
+	// Temperature divides the softmax's exponent (Softmax): above 1,
 	// classes at close distances share the score more evenly. Unset: 1.
 	Temperature *Bonus `yaml:"temperature,omitempty"`
+	// Softmax says what the softmax's exponent is of. Unset: the squared
+	// distances.
+	Softmax *Softmax `yaml:"softmax,omitempty"`
+}
+
+// Softmax is the softmax's exponent: of the squared distances (exp(-d^2/T),
+// the default) or of the distances themselves (exp(-d/T)). With squared
+// distances one unit of margin between two classes weighs more the farther
+// the disk lies from both (at 3 and 4 units the exponents differ by 7, at 0
+// and 1 by 1), so a disk between boxes, far from both, gets a confident
+// class; over the distances the same margin weighs the same anywhere.
+type Softmax struct {
+	Over   string `yaml:"over"`
+	Source string `yaml:"source"`
+}
+
+// The values of Softmax.Over.
+const (
+	OverSquared  = "squared_distance"
+	OverDistance = "distance"
+)
+
+// SoftmaxOver returns what the softmax's exponent is of (OverSquared when
+// the model sets nothing).
+func (m *Model) SoftmaxOver() string {
+	if m.Softmax == nil || m.Softmax.Over == "" {
+		return OverSquared
+	}
+	return m.Softmax.Over
 }
 
 // T returns the softmax's temperature (1 when the model sets none).
@@ -246,6 +275,14 @@ func (m *Model) Validate() error {
 			return errors.New("temperature: want a value above 0")
 		case strings.TrimSpace(t.Source) == "":
 			return fmt.Errorf("temperature: %w", ErrNoSource)
+		}
+	}
+	if sm := m.Softmax; sm != nil {
+		switch {
+		case sm.Over != OverSquared && sm.Over != OverDistance:
+			return fmt.Errorf("softmax: over %q, want %s or %s", sm.Over, OverSquared, OverDistance)
+		case strings.TrimSpace(sm.Source) == "":
+			return fmt.Errorf("softmax: %w", ErrNoSource)
 		}
 	}
 	for _, r := range []struct {
@@ -404,14 +441,23 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	for _, c := range m.Classes {
 		minD = math.Min(minD, dist[c.Name])
 	}
-	sum, t := 0.0, m.T()
+	// Each class's share, relative to the nearest class's (the same ratios
+	// as the rules' exp(-d^2/T) or exp(-d/T), without underflow).
+	t, linear := m.T(), m.SoftmaxOver() == OverDistance
+	share := func(d float64) float64 {
+		if linear {
+			return math.Exp(-(d - minD) / t)
+		}
+		return math.Exp(-(d*d - minD*minD) / t)
+	}
+	sum := 0.0
 	for _, d := range r.Distances {
-		sum += math.Exp(-(d*d - minD*minD) / t)
+		sum += share(d)
 	}
 	best := 0.0
 	for _, c := range m.Classes {
 		d := r.Distances[c.Name]
-		s := math.Exp(-(d*d-minD*minD)/t) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
+		s := share(d) / sum * (1 - m.Far.Of(minD)) * (1 - idle)
 		if math.IsNaN(s) {
 			s = 0 // no distances: the rules score 0
 		}

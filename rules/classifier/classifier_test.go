@@ -98,22 +98,29 @@ func TestInputs(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for name, mod := range map[string]func(*Model){
-		"unknown feature":  func(m *Model) { m.Features[0].Name = "iops" },
-		"zero scale":       func(m *Model) { m.Features[1].Scale = 0 },
-		"no source":        func(m *Model) { m.Features[2].Source = " " },
-		"inverted box":     func(m *Model) { m.Classes[0].Box[ReadWriteLog2] = [2]float64{2, 1} },
-		"class order":      func(m *Model) { m.Classes[0].Name, m.Classes[1].Name = "mail", "web" },
-		"far must rise":    func(m *Model) { m.Far.Above, m.Far.Below = nil, []float64{2.5, 3.5} },
-		"box on unlisted":  func(m *Model) { m.Features = m.Features[:2] },
-		"class no source":  func(m *Model) { m.Classes[3].Source = "" },
-		"idle bounds flat": func(m *Model) { m.Idle.Below = []float64{1, 1} },
-		"bonus of 1":       func(m *Model) { one := 1.0; m.Hysteresis.Value = &one },
-		"negative bonus":   func(m *Model) { neg := -0.1; m.Hysteresis.Value = &neg },
-		"bonus no value":   func(m *Model) { m.Hysteresis.Value = nil },
-		"bonus no source":  func(m *Model) { m.Hysteresis.Source = "" },
-		"settle no source": func(m *Model) { m.Settle.Source = " " },
-		"settle no window": func(m *Model) { m.Settle.Windows = nil },
-		"settle negative":  func(m *Model) { neg := -1.0; m.Settle.Seconds = &neg },
+		"unknown feature":          func(m *Model) { m.Features[0].Name = "iops" },
+		"zero scale":               func(m *Model) { m.Features[1].Scale = 0 },
+		"no source":                func(m *Model) { m.Features[2].Source = " " },
+		"inverted box":             func(m *Model) { m.Classes[0].Box[ReadWriteLog2] = [2]float64{2, 1} },
+		"class order":              func(m *Model) { m.Classes[0].Name, m.Classes[1].Name = "mail", "web" },
+		"far must rise":            func(m *Model) { m.Far.Above, m.Far.Below = nil, []float64{2.5, 3.5} },
+		"box on unlisted":          func(m *Model) { m.Features = m.Features[:2] },
+		"class no source":          func(m *Model) { m.Classes[3].Source = "" },
+		"idle bounds flat":         func(m *Model) { m.Idle.Below = []float64{1, 1} },
+		"bonus of 1":               func(m *Model) { one := 1.0; m.Hysteresis.Value = &one },
+		"negative bonus":           func(m *Model) { neg := -0.1; m.Hysteresis.Value = &neg },
+		"bonus no value":           func(m *Model) { m.Hysteresis.Value = nil },
+		"bonus no source":          func(m *Model) { m.Hysteresis.Source = "" },
+		"settle no source":         func(m *Model) { m.Settle.Source = " " },
+		"settle no window":         func(m *Model) { m.Settle.Windows = nil },
+		"settle negative":          func(m *Model) { neg := -1.0; m.Settle.Seconds = &neg },
+		"softmax over what":        func(m *Model) { m.Softmax = &Softmax{Over: "cube", Source: "x"} },
+		"softmax no source":        func(m *Model) { m.Softmax = &Softmax{Over: OverDistance} },
+		"min_confidence no value":  func(m *Model) { m.Settle.MinConfidence.Value = nil },
+		"min_confidence no source": func(m *Model) { m.Settle.MinConfidence.Source = "" },
+		"min_confidence above 1":   func(m *Model) { v := 1.01; m.Settle.MinConfidence.Value = &v },
+		"min_confidence below 0":   func(m *Model) { v := -0.01; m.Settle.MinConfidence.Value = &v },
+		"min_confidence NaN":       func(m *Model) { v := math.NaN(); m.Settle.MinConfidence.Value = &v },
 		"settle of 0": func(m *Model) {
 			zero := 0.0
 			m.Settle.Windows, m.Settle.Seconds = &zero, &zero
@@ -145,5 +152,33 @@ func TestHeld(t *testing.T) {
 	scores["fileserver"] = 0.5 + 2*b
 	if got := m.Held(scores, "mail"); got != "fileserver" {
 		t.Errorf("previous mail, beyond the bonus: %s, want fileserver", got)
+	}
+}
+
+// TestSoftmaxOver: over the distances a margin of one unit between the two
+// nearest classes gives the same split wherever the disk lies; over their
+// squares the same margin far from both boxes makes the nearer class win
+// outright (the confident wrong class the distance softmax avoids).
+func TestSoftmaxOver(t *testing.T) {
+	dist := func(near, far float64) map[string]float64 {
+		return map[string]float64{"web": near, "mail": far, "fileserver": 60, "rfa": 60}
+	}
+	m := model(t)
+	m.Far.Above, m.Far.Below = []float64{70, 71}, nil // nothing is far here
+	m.Softmax = &Softmax{Over: OverDistance, Source: "test"}
+	close, distant := m.Score(dist(0, 1), 100), m.Score(dist(3, 4), 100)
+	if math.Abs(close.Scores["web"]-distant.Scores["web"]) > 1e-9 {
+		t.Errorf("over distances: web scores %g at 0/1 units and %g at 3/4, want equal", close.Scores["web"], distant.Scores["web"])
+	}
+	if want := 1 / (1 + math.Exp(-1)); math.Abs(close.Scores["web"]-want) > 1e-6 {
+		t.Errorf("over distances at temperature 1: web scores %g, want %g", close.Scores["web"], want)
+	}
+	m.Softmax = nil
+	close, distant = m.Score(dist(0, 1), 100), m.Score(dist(3, 4), 100)
+	if !(distant.Scores["web"] > 0.99 && close.Scores["web"] < 0.75) {
+		t.Errorf("over squared distances: web scores %g at 0/1 units and %g at 3/4, want under 0.75 and over 0.99", close.Scores["web"], distant.Scores["web"])
+	}
+	if m.SoftmaxOver() != OverSquared {
+		t.Errorf("unset softmax: over %s, want %s", m.SoftmaxOver(), OverSquared)
 	}
 }

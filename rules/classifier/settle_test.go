@@ -78,3 +78,53 @@ func TestSettlingRestarts(t *testing.T) {
 		}
 	}
 }
+
+// TestSettlingGate: classes.yaml's min_confidence is 0.5. A settled
+// workload class is paired only at that confidence or more, so a disk
+// between two boxes that holds its class at 0.3 (the demo's web VM laying
+// out its files held rfa at 0.00-0.39) gets no verdict however long it
+// holds it; the same disk at 0.5 does, as soon as it settles. One that
+// wavers around the threshold is paired and unpaired with it. idle and
+// mixed, which no verdict rates (mixed's confidence is 0 by definition),
+// are paired once settled.
+func TestSettlingGate(t *testing.T) {
+	m := model(t)
+	if got := m.Settle.MinConfidence.V(); got != 0.5 {
+		t.Fatalf("classes.yaml settle.min_confidence %v, want 0.5 (the figures below are worked out for it)", got)
+	}
+	run := func(class string, conf ...float64) []Settling {
+		var evals []Evaluation
+		for i, c := range conf {
+			evals = append(evals, Evaluation{Time: float64(60 * i), Class: class, Confidence: c})
+		}
+		return m.Settling(60, evals)
+	}
+	// Settled at the third evaluation (120 s).
+	for _, c := range []struct {
+		class string
+		conf  float64
+		want  []bool
+	}{
+		{"rfa", 0.3, []bool{false, false, false, false, false}},
+		{"rfa", 0.49, []bool{false, false, false, false, false}},
+		{"rfa", 0.5, []bool{false, false, true, true, true}},
+		{"web", 1, []bool{false, false, true, true, true}},
+		{"mixed", 0, []bool{false, false, true, true, true}},
+		{"idle", 0.2, []bool{false, false, true, true, true}},
+	} {
+		got := run(c.class, c.conf, c.conf, c.conf, c.conf, c.conf)
+		for i, s := range got {
+			if s.Paired != c.want[i] {
+				t.Errorf("%s at %v, evaluation %d (held %v s, settled %v): paired %v, want %v", c.class, c.conf, i, s.Held, s.Settled, s.Paired, c.want[i])
+			}
+		}
+	}
+	// Settled, then wavering: the pairing follows the confidence, so an
+	// alert on the pairing starts its `for` again each time it returns.
+	got := run("rfa", 0.6, 0.6, 0.6, 0.45, 0.55, 0.4, 0.6)
+	for i, want := range []bool{false, false, true, false, true, false, true} {
+		if got[i].Paired != want {
+			t.Errorf("wavering rfa, evaluation %d at %v: paired %v, want %v", i, got[i].Confidence, got[i].Paired, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -247,3 +248,62 @@ func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[s
 
 // scoreOrderForTest lists the classes that have a score series.
 var scoreOrderForTest = append(append([]string{}, classifier.Workloads...), classifier.Idle, classifier.Mixed)
+
+// TestCandidateRulesMatchClassifier checks the rules generated from the
+// fitted candidate model (rules/classes-candidate.yaml: ranges per guest
+// file system, its softmax and temperature) against the classifier package
+// on the disks of rules/tests/workload.yml: promtool evaluates the
+// candidate's rules on those input series and must find, at 10m, the
+// features, distances, scores and confidence rules/classifier computes.
+func TestCandidateRulesMatchClassifier(t *testing.T) {
+	const path = "../classes-candidate.yaml"
+	th, err := LoadThresholds(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := committed
+	o.Classes = path
+	files, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, sub := range []string{"rules", "tests"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, "rules", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The live test's rule files (../fspair.rules.yml ...) and input
+	// series, with only the model's cases at 10m, whose expected samples
+	// rewriteExpected then computes from the candidate.
+	b, err := os.ReadFile("../tests/workload.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "  - ../", "  - ../rules/")
+	cut := strings.Index(text, "    promql_expr_test:\n")
+	if cut < 0 {
+		t.Fatal("rules/tests/workload.yml: no promql_expr_test")
+	}
+	text = text[:cut] + "    promql_expr_test:\n"
+	for _, expr := range append(sortedKeys(modelTests), "round(domain_disk:fspair_workload_class:confidence, 0.001)") {
+		// A placeholder sample: rewriteExpected replaces each case's
+		// samples up to the next case's line.
+		text += fmt.Sprintf("      - expr: '%s'\n        eval_time: 10m\n        exp_samples:\n          - value: 0\n", expr)
+	}
+	test := filepath.Join(dir, "tests", "candidate.yml")
+	if err := os.WriteFile(test, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disks, guestFS := steadyDisks(t)
+	rewriteExpected(t, test, &th.Model, disks, guestFS)
+	if th.Model.SoftmaxOver() != classifier.OverDistance {
+		t.Logf("the candidate's softmax is over %s", th.Model.SoftmaxOver())
+	}
+	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
+}

@@ -399,6 +399,9 @@ func TestThresholdsValidation(t *testing.T) {
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
 		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
 		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
+		{"min_confidence above 1", "  min_confidence:\n    value: 0.5", "  min_confidence:\n    value: 1.5", nil},
+		{"min_confidence negative", "  min_confidence:\n    value: 0.5", "  min_confidence:\n    value: -0.5", nil},
+		{"min_confidence missing", "  min_confidence:\n    value: 0.5", "  min_confidencex:\n    value: 0.5", nil},
 	}
 	// settle without its source: the block up to the next key, cut to its
 	// numbers (quoted: its source's parentheses would make it a pattern).
@@ -594,7 +597,7 @@ func TestLongWindowRead(t *testing.T) {
 
 // TestCandidateValidation checks what only the fitted candidate model
 // (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
-// ranges per guest file system and a softmax temperature, each refused
+// ranges per guest file system, a softmax and its temperature, each refused
 // when malformed.
 func TestCandidateValidation(t *testing.T) {
 	base, err := os.ReadFile("../classes-candidate.yaml")
@@ -609,6 +612,8 @@ func TestCandidateValidation(t *testing.T) {
 		{"unknown guest file system", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):`, "    guest_fs:\n      zfs:"},
 		{"temperature without source", `(?m)^(temperature:\n  value: [-0-9.e]+\n  )source:`, "${1}sourcex:"},
 		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
+		{"softmax over an unknown", `(?m)^softmax:\n  over: [a-z_]+\n`, "softmax:\n  over: cube\n"},
+		{"softmax without source", `(?m)^(softmax:\n  over: [a-z_]+\n  )source:`, "${1}sourcex:"},
 	} {
 		re := regexp.MustCompile(c.re)
 		loc := re.FindStringIndex(string(base))

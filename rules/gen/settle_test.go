@@ -14,7 +14,8 @@ import (
 // class rule, and before the rules that read it: Prometheus evaluates a
 // group's rules in order), the confidence is damped by the settled ratio,
 // and the pairing (so the verdict, the fleet view and the alerts) reads
-// only settled classes. promtool checks the behaviour
+// only settled classes, and of the workload classes only those at
+// classes.yaml's settle.min_confidence or more. promtool checks the behaviour
 // (testdata/promtool/settle.yml, on the fixture thresholds).
 func TestSettleRules(t *testing.T) {
 	for short, secs := range map[string]string{"5m": "360", "1m": "120"} {
@@ -53,6 +54,8 @@ func TestSettleRules(t *testing.T) {
 			{settledName, fmt.Sprintf("(time() - %s) / %s,", sinceName, secs)},
 			{"domain_disk:fspair_workload_class:confidence", "* on (" + diskLabels + ")\n  " + settledName},
 			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ", class)\n  (" + settledName + " == 1)"},
+			// The confidence gate: classes.yaml's settle.min_confidence.
+			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ")\n  (\n      domain_disk:fspair_workload_class:confidence >= 0.5\n    or\n      " + className + `{class=~"idle|mixed"}`},
 		} {
 			if !strings.Contains(byName[c.rule].Expr, c.want) {
 				t.Errorf("-short %s: %s lacks %q:\n%s", short, c.rule, c.want, byName[c.rule].Expr)

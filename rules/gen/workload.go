@@ -97,7 +97,10 @@ func signed(v float64) string {
 func workloadRules(p *Params) []Rule {
 	w, t := p.Short, p.T
 	m := &t.Model
-	notIdle := fmt.Sprintf("* on (${disk}) group_left ()\n  (1 - sum without (class) (%s))", scoreSel(classIdle))
+	// on (${disk}) already leaves the idle score's class label out of the
+	// match: no sum without (class) to drop it (one aggregation of every
+	// disk fewer, the same values).
+	notIdle := fmt.Sprintf("* on (${disk}) group_left ()\n  (1 - %s)", scoreSel(classIdle))
 	out := []Rule{
 		rec(w, scoreName, ramp(t.Idle, iopsRate),
 			"Score of class idle: 1 at or below the low end of idle (IOPS), 0 at or above its high end.",
@@ -117,10 +120,17 @@ func workloadRules(p *Params) []Rule {
 	}
 	// exp(-d^2) does not underflow: the largest distance a disk can have is
 	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
-	fit := fmt.Sprintf("exp(-(%s ^ 2))", distanceName)
-	if t := m.T(); t != 1 {
-		fit = fmt.Sprintf("exp(-(%s ^ 2) / %s)", distanceName, num(t))
+	exponent, of := fmt.Sprintf("(%s ^ 2)", distanceName), "squared distances"
+	if m.SoftmaxOver() == classifier.OverDistance {
+		exponent, of = distanceName, "distances"
 	}
+	fit := fmt.Sprintf("exp(-%s)", exponent)
+	if t := m.T(); t != 1 {
+		fit = fmt.Sprintf("exp(-%s / %s)", exponent, num(t))
+	}
+	// The zeros are joined among themselves first and then once to the
+	// scores: each "or" hashes its whole left side, and the scores are the
+	// larger side (the same series, as no two zeros share a class).
 	var zeros []string
 	for _, c := range m.Classes {
 		zeros = append(zeros, fmt.Sprintf(`label_replace(0 * %s, "class", "%s", "", "")`, iopsRate, c.Name))
@@ -135,9 +145,11 @@ func workloadRules(p *Params) []Rule {
   (1 - %[2]s)
 %[3]s
 or
-  %[4]s`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\nor\n  ")),
-		"Scores of the workload classes: each class's share of exp(-distance^2) over the four (a softmax of the "+
-			"negative squared distances), damped by far (the distance to the nearest class) and by the idle score. "+
+  (
+      %[4]s
+  )`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), notIdle, strings.Join(zeros, "\n    or\n      ")),
+		"Scores of the workload classes: each class's share of the softmax of the negative "+of+" over the four "+
+			"(divided by the model's temperature), damped by far (the distance to the nearest class) and by the idle score. "+
 			"A disk whose distances are undefined (no reads or writes) scores 0."))
 	out = append(out,
 		rec(w, scoreName, fmt.Sprintf(`
@@ -166,9 +178,11 @@ topk by (${disk}) (1,
 	)
 	out = append(out, settleRules(p)...)
 	out = append(out,
+		// The highest of the top two is the highest score: max by over the
+		// scores, not over a second topk.
 		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
 (
-    max by (${disk}) (topk by (${disk}) (2, %[1]s))
+    max by (${disk}) (%[1]s)
   - min by (${disk}) (topk by (${disk}) (2, %[1]s))
 )
 * on (${disk})
@@ -185,14 +199,26 @@ topk by (${disk}) (1,
 				"rules/README.md has how often the class was right per band of it on held-out runs."),
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
 (
-    %s
+    %[1]s
   * on (${disk}) group_left (guest_fs, host_fs)
     fspair_disk_info{${job}}
 )
 and on (${disk}, class)
-  (%s == 1)`, className, settledName),
-			"The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base; "+
-				"only once the class is settled, so that no verdict, fleet figure or alert acts on a class still settling."),
+  (%[2]s == 1)
+and on (${disk})
+  (
+      domain_disk:fspair_workload_class:confidence >= %[3]s
+    or
+      %[1]s{class=~"%[4]s|%[5]s"}
+  )`, className, settledName, num(t.Settle.MinConfidence.V()), classIdle, classMixed),
+			fmt.Sprintf("The disk's live class with its guest/host file-system pair, for the fleet view and the knowledge base; "+
+				"only once the class is settled, so that no verdict, fleet figure or alert acts on a class still settling, "+
+				"and, for a workload class, only at a confidence of at least %s (rules/classes.yaml settle.min_confidence), "+
+				"so that none acts on a class held steadily by a disk that sits between two classes. idle and mixed, "+
+				"which no verdict rates (mixed's confidence is 0 by definition), are paired once settled. A confidence that "+
+				"wavers around the threshold makes the series come and go; an alert on it then starts its `for` again "+
+				"each time it comes back, as intended: the alert fires only on a class held confidently for the whole `for`.",
+				num(t.Settle.MinConfidence.V()))),
 	)
 	return out
 }

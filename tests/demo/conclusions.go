@@ -2,8 +2,10 @@ package main
 
 // What the demo prints of fspair's conclusions: per VM disk the live
 // workload class and its confidence (a class that has not held for the
-// settle time yet shows as "web (settling)", with no verdict: the rules
-// give it none), the disk's guest/host pair, the
+// settle time yet shows as "web (settling)", and a settled one the rules
+// did not pair, its confidence below their minimum, as "web (unsure)":
+// neither with a verdict, as the rules give them none), the disk's
+// guest/host pair, the
 // knowledge base's verdict on that pair for the class, the write
 // amplification and the alerts on it, all read back from the recording
 // rules the dashboards read (rules/README.md names them); and, at exit, a
@@ -37,6 +39,7 @@ const (
 	seriesClass      = `domain_disk:fspair_workload_class:info`
 	seriesConfidence = `domain_disk:fspair_workload_class:confidence`
 	seriesSettled    = `domain_disk:fspair_workload_class:settled_ratio`
+	seriesPair       = `domain_disk:fspair_class_pair:info`
 	seriesVerdict    = `domain_disk:fspair_pair_verdict:info`
 	seriesWriteAmp   = `domain_disk:fspair_write_amplification:ratio_rate5m`
 	seriesAdvice     = `fspair_kdb_workload_info`
@@ -59,7 +62,13 @@ type diskState struct {
 	// (1: settled; NaN: no class, or the rules have not recorded it yet):
 	// until then nothing acts on the class, and the demo shows no verdict
 	// on it.
-	settled         float64
+	settled float64
+	// paired says the rules paired the disk's class with its guest/host
+	// pair (domain_disk:fspair_class_pair:info with the class): settled
+	// and, for a workload class, at least their minimum confidence
+	// (rules/classes.yaml settle.min_confidence). Verdicts, the fleet view
+	// and the alerts act only on a paired class.
+	paired          bool
 	verdict, source string  // the knowledge base's verdict in force on the pair for the class, and its source label
 	betterPairs     string  // the class's best pairs other than this one
 	advice          string  // the knowledge base's advice for the class
@@ -90,11 +99,20 @@ func (a alertState) firing() bool { return a.state == "firing" }
 // known to have been held at all.
 func (d diskState) settling() bool { return d.class != "" && !(d.settled >= 1) }
 
-// classText is the class as the table shows it: "web", or "web (settling)"
-// while it settles; "-" before the rules have one.
+// unsure says whether the disk has a settled workload class the rules did
+// not pair: its confidence is below their minimum, so nothing acts on it.
+// (idle and mixed are paired once settled: no verdict rates them.)
+func (d diskState) unsure() bool { return kdbWorkloads[d.class] && !d.settling() && !d.paired }
+
+// classText is the class as the table shows it: "web", "web (settling)"
+// while it settles, "web (unsure)" when settled but not confident enough
+// for the rules to act on; "-" before the rules have one.
 func (d diskState) classText() string {
-	if d.settling() {
+	switch {
+	case d.settling():
 		return d.class + " (settling)"
+	case d.unsure():
+		return d.class + " (unsure)"
 	}
 	return orDash(d.class)
 }
@@ -105,11 +123,12 @@ func (d diskState) classText() string {
 // rated the pair (verdictNotes says what each says). "neither" is a pair the
 // knowledge base lists neither best nor worst for the class; "-" a class it
 // has no verdicts for (idle, mixed), no class yet, a class still settling
-// (the rules give it no verdict), or a verdict the rules have not joined to
-// the disk yet (their pairing group evaluates after the class is recorded).
+// or unsure (the rules give it no verdict), or a verdict the rules have not
+// joined to the disk yet (their pairing group evaluates after the class is
+// recorded).
 func (d diskState) verdictText() string {
 	switch {
-	case d.settling():
+	case d.settling(), d.unsure():
 		return "-"
 	case d.disagreement() != "":
 		// The mark refers to the line verdictNotes prints under the table.
@@ -440,11 +459,14 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 		case d.settling():
 			text = append(text, fmt.Sprintf("%s, still settling (confidence %s) on %s: the class has not held for the settle time yet, "+
 				"so no verdict nor alert acts on it.", d.class, number(d.confidence, "%.2f"), d.pairText()))
+		case d.unsure():
+			text = append(text, fmt.Sprintf("%s, unsure (confidence %s) on %s: below the confidence the rules act at "+
+				"(rules/classes.yaml settle.min_confidence), so no verdict nor alert acts on it.", d.class, number(d.confidence, "%.2f"), d.pairText()))
 		default:
 			text = append(text, fmt.Sprintf("%s (confidence %s) on %s.", d.class, number(d.confidence, "%.2f"), d.pairText()))
 		}
 		switch {
-		case d.settling():
+		case d.settling(), d.unsure():
 		case d.verdict != "":
 			text = append(text, fmt.Sprintf("The knowledge base (%s) lists this pair as %s for %s.", sourceLabel(d.source), d.verdict, d.class))
 			text = append(text, d.otherSource()...)
@@ -454,7 +476,7 @@ func finalSummary(at time.Time, disks []diskState, alerts []alertState, report [
 		if !math.IsNaN(d.writeAmp) {
 			text = append(text, fmt.Sprintf("Write amplification %.2f.", d.writeAmp))
 		}
-		if d.verdict == "worst" {
+		if d.verdict == "worst" && !d.settling() && !d.unsure() {
 			if d.betterPairs != "" {
 				text = append(text, fmt.Sprintf("Better pairs for %s: %s.", d.class, d.betterPairs))
 			}
@@ -609,6 +631,11 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 				d.settled = s.value()
 			}
 		}},
+		{seriesPair, func(d *diskState, s sample) {
+			if s.Metric["class"] == d.class {
+				d.paired = true
+			}
+		}},
 		{seriesVerdict, func(d *diskState, s sample) {
 			d.verdict, d.source, d.betterPairs = s.Metric["verdict"], s.Metric["source"], s.Metric["better_pairs"]
 			d.publishedVerdict, d.siteVerdict = s.Metric["published_verdict"], s.Metric["site_verdict"]
@@ -651,8 +678,8 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		}
 	}
 	for _, d := range byKey {
-		if d.settling() || verdictOn[d.disk] != d.class {
-			// Only a verdict on the class shown, and a settled one.
+		if d.settling() || d.unsure() || verdictOn[d.disk] != d.class {
+			// Only a verdict on the class shown, and a paired one.
 			d.verdict, d.source, d.betterPairs, d.publishedVerdict, d.siteVerdict = "", "", "", "", ""
 		}
 		d.advice, d.study = advice[d.class], study[d.class]

@@ -36,7 +36,7 @@ func demoDisks() []diskState {
 	return []diskState{
 		{
 			disk: "demo-mail/vda", domain: "demo-mail", target: "vda", guestFS: "btrfs", hostFS: "ext4", format: "raw",
-			class: "mail", confidence: 1, settled: 1, verdict: "worst", source: "site", publishedVerdict: "best", study: "djordjevic2022",
+			class: "mail", confidence: 1, settled: 1, paired: true, verdict: "worst", source: "site", publishedVerdict: "best", study: "djordjevic2022",
 			betterPairs: "ext4/xfs, ext4/ext4, xfs/ext4",
 			advice: "Prefer the pairs ext4/xfs, ext4/ext4, xfs/ext4 (guest/host). " +
 				"Avoid btrfs inside the VM, btrfs on the host, and the pair xfs/xfs (guest/host).",
@@ -44,7 +44,7 @@ func demoDisks() []diskState {
 		},
 		{
 			disk: "demo-web/vda", domain: "demo-web", target: "vda", guestFS: "xfs", hostFS: "ext4", format: "raw",
-			class: "web", confidence: 0.987, settled: 1, verdict: "best", source: "djordjevic2022", writeAmp: 1.02,
+			class: "web", confidence: 0.987, settled: 1, paired: true, verdict: "best", source: "djordjevic2022", writeAmp: 1.02,
 		},
 	}
 }
@@ -79,13 +79,13 @@ func longDisks() []diskState {
 	}
 	return []diskState{
 		{disk: long, domain: strings.TrimSuffix(long, "/vdb"), target: "vdb", guestFS: "btrfs", hostFS: "btrfs", format: "qcow2",
-			class: "fileserver", confidence: 0.4, settled: 1, verdict: "contested", source: "djordjevic2022", writeAmp: 1234.5678, alerts: many},
+			class: "fileserver", confidence: 0.64, settled: 1, paired: true, verdict: "contested", source: "djordjevic2022", writeAmp: 1234.5678, alerts: many},
 		{disk: "a/vda", domain: "a", target: "vda", guestFS: "ext4", hostFS: "zfs", format: "raw", class: "mail", confidence: 0.5,
-			settled: 1, writeAmp: math.NaN()},
+			settled: 1, paired: true, writeAmp: math.NaN()},
 		{disk: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab/sda", domain: "booting-guest-with-a-name-of-sixty-four-characters-0123456789ab",
 			target: "sda", confidence: math.NaN(), settled: math.NaN(), writeAmp: math.NaN()},
 		{disk: strings.Repeat("x", 200) + "/vda", domain: strings.Repeat("x", 200), target: "vda",
-			guestFS: "ext4", hostFS: "ext4", format: "raw", class: "idle", confidence: 1, settled: 1, writeAmp: math.NaN()},
+			guestFS: "ext4", hostFS: "ext4", format: "raw", class: "idle", confidence: 1, settled: 1, paired: true, writeAmp: math.NaN()},
 	}
 }
 
@@ -189,6 +189,81 @@ func TestConclusionsTableSettling(t *testing.T) {
 	}
 }
 
+// smokeCells splits a row of the conclusions table into its cells as
+// demo-smoke's awk does (-F '  +': cells are padded to two spaces or more,
+// and none holds two spaces).
+var smokeCells = regexp.MustCompile(`  +`)
+
+// smokeWrongVerdict is demo-smoke's check on every row of every table: a
+// row fails when its class (the first word of the CLASS cell) is not the
+// VM's (demo-web: web, demo-mail: mail) and its KDB_VERDICT cell is not
+// "-". Keep it in step with the script's awk.
+func smokeWrongVerdict(row string) bool {
+	f := smokeCells.Split(row, -1)
+	want := "mail"
+	if strings.HasPrefix(f[0], "demo-web/") {
+		want = "web"
+	}
+	return strings.Fields(f[1])[0] != want && f[4] != "-"
+}
+
+// TestConclusionsTableUnsure: what the lab showed on 2026-11-28 before the
+// confidence gate: demo-web, laying out its files, classed rfa at 0.00
+// once rfa had held for the smoke's settle time, with "worst, published"
+// and FspairPoorPairing pending. The rules no longer pair such a class, so
+// the table shows it as unsure, without a verdict, and the summary says
+// why; demo-smoke's check on every row passes it and fails the old row.
+func TestConclusionsTableUnsure(t *testing.T) {
+	d := earlyDisks()
+	d[0].settled, d[0].paired, d[0].confidence = 1, true, 1
+	d[0].verdict, d[0].source, d[0].publishedVerdict = "worst", "site", "best"
+	d[1].settled, d[1].confidence = 1, 0
+	// A verdict series the rules no longer record on such a class: not shown.
+	d[1].verdict, d[1].source, d[1].betterPairs = "worst", "djordjevic2022", "xfs/xfs, ext4/xfs"
+	lines := conclusionsTable(d, lineWidth)
+	checkWidth(t, "conclusions", lines)
+	want := []string{
+		"DISK           CLASS         CONF  PAIR(guest/host)  KDB_VERDICT   WR_AMP  ALERTS (runbook)",
+		"demo-mail/vda  mail          1.00  btrfs/ext4 raw    worst, site*  1.04    -",
+		"demo-web/vda   rfa (unsure)  0.00  xfs/ext4 raw      -             -       -",
+	}
+	if strings.Join(lines[:3], "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for _, l := range lines[1:3] {
+		if smokeWrongVerdict(l) || smokeSettling.MatchString(l) {
+			t.Errorf("demo-smoke's checks fail a row the demo must be able to print: %q", l)
+		}
+	}
+	// The row the lab printed, and others like it, fail the smoke.
+	for _, bad := range []string{
+		"demo-web/vda   rfa           0.00  xfs/ext4 raw      worst, published  -       FspairPoorPairing pending",
+		"demo-web/vda   rfa (unsure)  0.00  xfs/ext4 raw      neither       -       -",
+		"demo-mail/vda  fileserver    0.95  btrfs/ext4 raw    best, published  1.04    -",
+	} {
+		if !smokeWrongVerdict(bad) {
+			t.Errorf("demo-smoke's check passes %q", bad)
+		}
+	}
+	// Its own class with a verdict passes; so does a wrong class without one.
+	for _, l := range append(conclusionsTable(demoDisks(), lineWidth)[1:3], conclusionsTable(earlyDisks(), lineWidth)[1:]...) {
+		if smokeWrongVerdict(l) {
+			t.Errorf("demo-smoke's check fails %q", l)
+		}
+	}
+	at := time.Date(2026, 11, 25, 16, 41, 0, 0, time.Local)
+	summary := finalSummary(at, d, nil, nil, "", "/var/tmp/fspair-demo/log", lineWidth)
+	checkWidth(t, "final summary, an unsure class", summary)
+	flat := strings.Join(strings.Fields(strings.Join(summary, "\n")), " ")
+	if w := "demo-web/vda rfa, unsure (confidence 0.00) on xfs/ext4 raw: below the confidence the rules act at " +
+		"(rules/classes.yaml settle.min_confidence), so no verdict nor alert acts on it."; !strings.Contains(flat, w) {
+		t.Errorf("summary lacks %q:\n%s", w, strings.Join(summary, "\n"))
+	}
+	if strings.Contains(flat, "worst for rfa") || strings.Contains(flat, "Better pairs for rfa") {
+		t.Errorf("summary gives a verdict on the unsure class:\n%s", strings.Join(summary, "\n"))
+	}
+}
+
 func TestConclusionsTableLongValues(t *testing.T) {
 	lines := conclusionsTable(longDisks(), lineWidth)
 	checkWidth(t, "conclusions", lines)
@@ -197,7 +272,7 @@ func TestConclusionsTableLongValues(t *testing.T) {
 	if !strings.Contains(long, "~/vdb ") {
 		t.Errorf("long domain not cut to keep its target: %q", long)
 	}
-	for _, w := range []string{"fileserver", "0.40", "btrfs/btrfs qcow2", "contested, published", "1234.57", "FspairMailFlushLatencyHigh +3"} {
+	for _, w := range []string{"fileserver", "0.64", "btrfs/btrfs qcow2", "contested, published", "1234.57", "FspairMailFlushLatencyHigh +3"} {
 		if !strings.Contains(long, w) {
 			t.Errorf("row %q lacks %q", long, w)
 		}
@@ -344,7 +419,7 @@ func TestFinalSummary(t *testing.T) {
 // and say which one the rules act on, whichever is in force.
 func TestDisagreement(t *testing.T) {
 	published := diskState{disk: "db/vda", domain: "db", target: "vda", guestFS: "ext4", hostFS: "btrfs", format: "raw",
-		class: "mail", confidence: 0.9, settled: 1, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable",
+		class: "mail", confidence: 0.9, settled: 1, paired: true, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable",
 		study: "djordjevic2022", kdbRates: true, writeAmp: math.NaN()}
 	site := demoDisks()[0]
 	notes := verdictNotes([]diskState{published, site, demoDisks()[1]}, lineWidth)
@@ -429,7 +504,7 @@ func TestSeriesAreRecorded(t *testing.T) {
 		}
 		rules += string(b)
 	}
-	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
+	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesPair, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
 		if !strings.Contains(rules, "- record: "+s+"\n") {
 			t.Errorf("%s is recorded by no rule of rules/", s)
 		}
@@ -452,22 +527,31 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 			{Metric: disk("demo-web", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
 			{Metric: disk("early", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
 			{Metric: disk("changed", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
+			{Metric: disk("unsure", "guest_fs", "xfs", "host_fs", "ext4", "format", "raw")},
 		},
 		// early: rfa, still settling, with a verdict series (the rules give
 		// none; the demo must not show one whatever Prometheus answers);
 		// changed: web, settled, but the verdict is still the previous
-		// class's (the pairing group evaluates after the class's).
+		// class's (the pairing group evaluates after the class's); unsure:
+		// rfa, settled at confidence 0.3, which the rules do not pair (the
+		// pairing they have is of a class it held before), with a verdict
+		// series all the same.
 		seriesClass: {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")},
-			{Metric: disk("early", "class", "rfa")}, {Metric: disk("changed", "class", "web")}},
+			{Metric: disk("early", "class", "rfa")}, {Metric: disk("changed", "class", "web")}, {Metric: disk("unsure", "class", "rfa")}},
 		seriesConfidence: {{Metric: disk("demo-mail"), Value: []any{1.0, "1"}}, {Metric: disk("demo-web"), Value: []any{1.0, "0.9867"}},
-			{Metric: disk("early"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed"), Value: []any{1.0, "0.9"}}},
+			{Metric: disk("early"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed"), Value: []any{1.0, "0.9"}},
+			{Metric: disk("unsure"), Value: []any{1.0, "0.3"}}},
 		seriesSettled: {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")},
-			{Metric: disk("early", "class", "rfa"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed", "class", "web")}},
+			{Metric: disk("early", "class", "rfa"), Value: []any{1.0, "0.17"}}, {Metric: disk("changed", "class", "web")},
+			{Metric: disk("unsure", "class", "rfa")}},
+		seriesPair: {{Metric: disk("demo-mail", "class", "mail")}, {Metric: disk("demo-web", "class", "web")},
+			{Metric: disk("changed", "class", "web")}, {Metric: disk("unsure", "class", "web")}},
 		seriesVerdict: {
 			{Metric: disk("demo-mail", "class", "mail", "verdict", "worst", "source", "site", "better_pairs", "btrfs/ext4, xfs/ext4", "published_verdict", "best")},
 			{Metric: disk("demo-web", "class", "web", "verdict", "best", "source", "djordjevic2022")},
 			{Metric: disk("early", "class", "rfa", "verdict", "worst", "source", "djordjevic2022")},
 			{Metric: disk("changed", "class", "rfa", "verdict", "worst", "source", "djordjevic2022")},
+			{Metric: disk("unsure", "class", "rfa", "verdict", "worst", "source", "djordjevic2022")},
 		},
 		seriesWriteAmp: {{Metric: disk("demo-mail"), Value: []any{1.0, "13.88"}}},
 		seriesAdvice:   {{Metric: map[string]string{"workload": "mail", "source": "djordjevic2022", "advice": "Avoid btrfs on the host."}}},
@@ -508,10 +592,13 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(disks) != 4 || len(alerts) != 2 {
-		t.Fatalf("%d disks, %d alerts; want 4 and 2: %+v %+v", len(disks), len(alerts), disks, alerts)
+	if len(disks) != 5 || len(alerts) != 2 {
+		t.Fatalf("%d disks, %d alerts; want 5 and 2: %+v %+v", len(disks), len(alerts), disks, alerts)
 	}
-	changed, mail, web, early := disks[0], disks[1], disks[2], disks[3]
+	changed, mail, web, early, unsure := disks[0], disks[1], disks[2], disks[3], disks[4]
+	if unsure.settling() || !unsure.unsure() || unsure.paired || unsure.classText() != "rfa (unsure)" || unsure.verdict != "" || unsure.verdictText() != "-" {
+		t.Errorf("a disk whose settled class the rules did not pair: %+v, want rfa (unsure) without a verdict", unsure)
+	}
 	if !early.settling() || early.settled != 0.17 || early.classText() != "rfa (settling)" || early.verdict != "" || early.verdictText() != "-" {
 		t.Errorf("a disk whose class settles: %+v, want rfa (settling) without a verdict", early)
 	}
@@ -542,16 +629,20 @@ func TestVerdictText(t *testing.T) {
 		d    diskState
 		want string
 	}{
-		{diskState{class: "mail", settled: 1, verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
-		{diskState{class: "web", settled: 1, verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
-		{diskState{class: "mail", settled: 1, verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
+		{diskState{class: "mail", settled: 1, paired: true, verdict: "worst", source: "site", kdbRates: true}, "worst, site"},
+		{diskState{class: "web", settled: 1, paired: true, verdict: "best", source: "djordjevic2022", kdbRates: true}, "best, published"},
+		{diskState{class: "mail", settled: 1, paired: true, verdict: "contested", source: "djordjevic2022", kdbRates: true}, "contested, published"},
 		// Both sources rated the pair: marked, for the note under the table.
-		{diskState{class: "mail", settled: 1, verdict: "worst", source: "site", publishedVerdict: "best", kdbRates: true}, "worst, site*"},
-		{diskState{class: "mail", settled: 1, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable", kdbRates: true}, "worst, published*"},
+		{diskState{class: "mail", settled: 1, paired: true, verdict: "worst", source: "site", publishedVerdict: "best", kdbRates: true}, "worst, site*"},
+		{diskState{class: "mail", settled: 1, paired: true, verdict: "worst", source: "djordjevic2022", siteVerdict: "not_distinguishable", kdbRates: true}, "worst, published*"},
 		// A pair the knowledge base does not list for the class.
-		{diskState{class: "mail", settled: 1}, "neither"},
+		{diskState{class: "mail", settled: 1, paired: true}, "neither"},
 		// Listed, but the rules have not joined the verdict to the disk yet.
-		{diskState{class: "mail", settled: 1, kdbRates: true}, "-"},
+		{diskState{class: "mail", settled: 1, paired: true, kdbRates: true}, "-"},
+		// Settled but not paired (its confidence below the rules' minimum):
+		// no verdict, whatever the series say, and not "neither" either.
+		{diskState{class: "rfa", settled: 1, confidence: 0.3, verdict: "worst", source: "djordjevic2022", kdbRates: true}, "-"},
+		{diskState{class: "rfa", settled: 1, confidence: 0}, "-"},
 		// A class still settling has no verdict, whatever the series say.
 		{diskState{class: "mail", settled: 0.99, verdict: "worst", source: "site", kdbRates: true}, "-"},
 		{diskState{class: "mail", settled: 0.5}, "-"},

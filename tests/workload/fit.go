@@ -85,9 +85,87 @@ var DefaultFit = FitOptions{Quantile: 0.05, Margin: 0.5, MinGuestRuns: 2, GuestS
 // training windows keeps base's box. Idle windows (Expected) train no
 // box. Ramps, hysteresis and the feature list are base's.
 func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
+	if opt.FarQuantile <= 0 {
+		return fitBoxes(base, obs, opt)
+	}
+	// The fio models caricature the personalities; where a model's windows
+	// contradict what the real program shows at the host, they pull the
+	// class's box where no real program of it lands. Each class's fio
+	// windows train its box only if that classes more of the inner
+	// held-out windows right (below): the classes in Workloads' order,
+	// each left out of the fio training in turn and kept out when that
+	// helps.
+	noFio := map[Workload]bool{}
+	best, err := fitHeld(base, withoutFio(obs, noFio), opt)
+	if err != nil {
+		return nil, err
+	}
+	var dropped []string
+	for _, c := range Workloads {
+		if !hasFio(obs, c) {
+			continue
+		}
+		noFio[c] = true
+		r, err := fitHeld(base, withoutFio(obs, noFio), opt)
+		if err != nil {
+			return nil, err
+		}
+		if r.right > best.right {
+			best = r
+			dropped = append(dropped, string(c))
+		} else {
+			noFio[c] = false
+		}
+	}
+	m := best.m
+	if len(dropped) > 0 {
+		for i := range m.Classes {
+			if noFio[Workload(m.Classes[i].Name)] {
+				m.Classes[i].Source += "; the fio model's windows left out of this box: they class fewer inner held-out windows right"
+			}
+		}
+	}
+	return m, nil
+}
+
+// heldFit is a model fitted with its far ramp, softmax, temperature and
+// mixed ramp, and how many inner held-out windows it classes right.
+type heldFit struct {
+	m     *classifier.Model
+	right int
+}
+
+// withoutFio returns obs without the fio models' windows of the classes in
+// drop.
+func withoutFio(obs []Observation, drop map[Workload]bool) []Observation {
+	out := make([]Observation, 0, len(obs))
+	for _, o := range obs {
+		if o.Source == "fio" && drop[o.Truth] {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// hasFio reports whether obs holds fio windows of c.
+func hasFio(obs []Observation, c Workload) bool {
+	for _, o := range obs {
+		if o.Source == "fio" && o.Truth == c {
+			return true
+		}
+	}
+	return false
+}
+
+// fitHeld fits the boxes on obs, then the far ramp, softmax, temperature
+// and mixed ramp on obs's pairs left out in turn (inner held out), and
+// counts the inner held-out windows of Filebench runs (the programs the
+// verdicts are about; every window when obs has none) it classes right.
+func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit, error) {
 	m, err := fitBoxes(base, obs, opt)
-	if err != nil || opt.FarQuantile <= 0 {
-		return m, err
+	if err != nil {
+		return heldFit{}, err
 	}
 	// far: how far a pair's windows lie from their own class's box when
 	// the boxes were fitted without that pair (leave one pair out inside
@@ -98,8 +176,13 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 		dist   map[string]float64
 		iops   float64
 		expect string
+		judged bool // a window the right count is over
 	}
 	var held []heldOut
+	anyFilebench := false
+	for _, o := range obs {
+		anyFilebench = anyFilebench || o.Source == "filebench"
+	}
 	for _, p := range pairsOf(obs, "") {
 		var train, test []Observation
 		for _, o := range obs {
@@ -111,7 +194,7 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 		}
 		inner, err := fitBoxes(base, train, opt)
 		if err != nil {
-			return nil, fmt.Errorf("far, %s left out: %w", p, err)
+			return heldFit{}, fmt.Errorf("far, %s left out: %w", p, err)
 		}
 		for _, o := range test {
 			c, ok := inner.Class(o.Expected(base))
@@ -125,11 +208,11 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 			for _, k := range inner.Classes {
 				dist[k.Name] = inner.Distance(k, o.Inputs, o.GuestFS)
 			}
-			held = append(held, heldOut{dist, o.IOPS, o.Expected(base)})
+			held = append(held, heldOut{dist, o.IOPS, o.Expected(base), !anyFilebench || o.Source == "filebench"})
 		}
 	}
 	if len(d) < 10 {
-		return m, nil // too few to say: base's ramp
+		return heldFit{m, 0}, nil // too few to say: base's ramps
 	}
 	sort.Float64s(d)
 	lo := round2(math.Max(quantile(d, opt.FarQuantile), opt.FarFloor))
@@ -137,52 +220,98 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
 		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class's box fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
 		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
-	// The softmax's temperature: the lowest of Temperatures at which the
-	// same held-out windows' confidence means what it says (of those at
-	// 0.9 or more, at least ConfidentRight right; of the wrong ones, at
-	// least WrongLow below 0.5), or the highest when none does. Lower
-	// temperatures commit to the nearest class more often.
-	chosen, met := Temperatures[len(Temperatures)-1], false
-	var why string
-	for _, t := range Temperatures {
-		v := t
-		m.Temperature = &classifier.Bonus{Value: &v}
-		conf, confRight, wrong, wrongLow := 0, 0, 0, 0
-		for _, h := range held {
-			r := m.Score(h.dist, h.iops)
-			right := r.Class == h.expect
-			if r.Confidence >= 0.9 {
-				conf++
-				if right {
-					confRight++
+	// The softmax (over the distances or their squares), its temperature
+	// and the mixed ramp: of every combination of Softmaxes, their
+	// Temperatures and MixedRamps, the one that classes the most of the
+	// held-out windows judged right while the confidence of all of them
+	// means what it says (of those at 0.9 or more, at least ConfidentRight
+	// right; of the wrong ones, at least WrongLow below 0.5); ties go to
+	// the first in that order (base's mixed ramp first, lower temperatures
+	// first). When none means what it says: base's mixed ramp, squared
+	// distances and the highest temperature, the most cautious.
+	last := Temperatures[classifier.OverSquared]
+	chosen := choice{classifier.OverSquared, last[len(last)-1], base.Mixed.Bounds()}
+	best, why := -1, "none of them met both; squared distances at the highest temperature"
+	judged := 0
+	for _, h := range held {
+		if h.judged {
+			judged++
+		}
+	}
+	for _, over := range Softmaxes {
+		for _, mixed := range append([][]float64{base.Mixed.Bounds()}, MixedRamps...) {
+			for _, t := range Temperatures[over] {
+				c := choice{over, t, mixed}
+				c.apply(m)
+				conf, confRight, wrong, wrongLow, right := 0, 0, 0, 0, 0
+				for _, h := range held {
+					r := m.Score(h.dist, h.iops)
+					ok := r.Class == h.expect
+					if ok && h.judged {
+						right++
+					}
+					if r.Confidence >= 0.9 {
+						conf++
+						if ok {
+							confRight++
+						}
+					}
+					if !ok {
+						wrong++
+						if r.Confidence < 0.5 {
+							wrongLow++
+						}
+					}
 				}
-			}
-			if !right {
-				wrong++
-				if r.Confidence < 0.5 {
-					wrongLow++
+				good := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
+					(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
+				if good && right > best {
+					best, chosen = right, c
+					why = fmt.Sprintf("%d of %d Filebench windows right; of all %d, %d at confidence >= 0.9 right of %d, %d of %d wrong ones below 0.5",
+						right, judged, len(held), confRight, conf, wrongLow, wrong)
 				}
 			}
 		}
-		ok := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
-			(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
-		if ok {
-			chosen, met = t, true
-			why = fmt.Sprintf("%d of %d windows at confidence >= 0.9 right, %d of %d wrong ones below 0.5", confRight, conf, wrongLow, wrong)
-			break
-		}
 	}
-	if !met {
-		why = "none of them met both; the highest"
-	}
-	m.Temperature = &classifier.Bonus{Value: &chosen, Source: fmt.Sprintf(
-		"fitted: of %v, the lowest at which the %d windows held out as for far have a confidence that means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
-		Temperatures, len(held), opt.ConfidentRight, opt.WrongLow, why)}
-	return m, nil
+	chosen.apply(m)
+	how := fmt.Sprintf("fitted with the temperature and the mixed ramp, of softmaxes over %v, temperatures %v and mixed ramps %v (base's first): the combination that classes the most of the Filebench windows held out as for far right while the confidence of all %d held out means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
+		Softmaxes, Temperatures, append([][]float64{base.Mixed.Bounds()}, MixedRamps...), len(held), opt.ConfidentRight, opt.WrongLow, why)
+	m.Softmax = &classifier.Softmax{Over: chosen.over, Source: how}
+	m.Temperature.Source = "fitted with the softmax (see there)"
+	m.Mixed.Source = "fitted with the softmax (see there)"
+	return heldFit{m, max(best, 0)}, nil
 }
 
-// Temperatures are the softmax temperatures Fit chooses from.
-var Temperatures = []float64{1, 2, 4, 8, 16, 32, 64, 128}
+// choice is a softmax, its temperature and a mixed ramp (its below
+// bounds).
+type choice struct {
+	over  string
+	t     float64
+	mixed []float64
+}
+
+// apply sets c's softmax, temperature and mixed ramp on m (their sources
+// are set once the choice is made).
+func (c choice) apply(m *classifier.Model) {
+	t := c.t
+	m.Softmax = &classifier.Softmax{Over: c.over}
+	m.Temperature = &classifier.Bonus{Value: &t}
+	m.Mixed = classifier.Ramp{Below: append([]float64(nil), c.mixed...)}
+}
+
+// Softmaxes, Temperatures (per softmax) and MixedRamps (besides the base
+// model's) are what Fit chooses the softmax, its temperature and the mixed
+// ramp from. Over the distances the exponent is about the square root of
+// the squared one's at the distances that matter (1-4 units), hence the
+// lower temperatures.
+var (
+	Softmaxes    = []string{classifier.OverDistance}
+	Temperatures = map[string][]float64{
+		classifier.OverSquared:  {1, 2, 4, 8, 16, 32, 64, 128},
+		classifier.OverDistance: {0.125, 0.25, 0.5, 1, 2, 4, 8, 16},
+	}
+	MixedRamps = [][]float64{{0.4, 0.6}, {0.3, 0.45}, {0.2, 0.35}}
+)
 
 // pairsOf returns the guest/host pairs of obs (of source src, "" for
 // all), sorted.

@@ -165,3 +165,42 @@ func TestPairOf(t *testing.T) {
 		}
 	}
 }
+
+// TestFitLeavesOutContradictingFio: a class's fio windows train its box
+// only where that classes more inner held-out Filebench windows right. fio
+// "mail" windows that sit on the real fileserver's stream (large reads, no
+// durable writes) would stretch mail's box over fileserver's and class the
+// real fileserver windows of a left-out pair mail or mixed: they are left
+// out. fio fileserver windows that agree with the real program are kept.
+func TestFitLeavesOutContradictingFio(t *testing.T) {
+	base := liveModel(t)
+	var obs []Observation
+	fio := func(o Observation) Observation {
+		o.Source, o.Run = "fio", "fio-"+o.Run
+		return o
+	}
+	for i, pair := range []string{"ext4/xfs/raw", "xfs/ext4/qcow2", "btrfs/btrfs/raw", "xfs/xfs/raw", "ext4/ext4/raw"} {
+		d := float64(i) * 0.02
+		for _, end := range []float64{210, 240, 270} {
+			obs = append(obs,
+				synthetic(Mail, pair, end, 1+d, 12, 20, 0.5+d, 0.3),
+				synthetic(Fileserver, pair, end, 0.5+d, 100, 64, 0.01+d/10, 0.001),
+				fio(synthetic(Mail, pair, end, 0.5+d, 100, 64, 0.01, 0.001)),
+				fio(synthetic(Fileserver, pair, end, 0.5+d, 96, 64, 0.01, 0.001)))
+		}
+	}
+	m, err := Fit(base, obs, DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail, fs := classOf(t, m, "mail"), classOf(t, m, "fileserver")
+	if !strings.Contains(mail.Source, "fio model's windows left out") {
+		t.Errorf("mail's contradicting fio windows: want them left out, mail's source: %s", mail.Source)
+	}
+	if strings.Contains(fs.Source, "fio model's windows left out") {
+		t.Errorf("fileserver's agreeing fio windows: want them kept, its source: %s", fs.Source)
+	}
+	if b := mail.Box[classifier.ReadSizeLog2]; b[1] > 15 {
+		t.Errorf("mail's read-size box %v reaches the fio windows' 100 KiB (log2 16.6)", b)
+	}
+}

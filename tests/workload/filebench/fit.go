@@ -142,8 +142,12 @@ func renderFit(w io.Writer, ev []workload.Evaluated) error {
 // rules/classes.yaml spells them.
 func modelYAML(m *classifier.Model) string {
 	var b strings.Builder
-	fb := m.Far.Bounds()
+	fb, mb := m.Far.Bounds(), m.Mixed.Bounds()
+	fmt.Fprintf(&b, "mixed:\n  below: [%g, %g]\n  source: >-\n    %s\n\n", mb[0], mb[1], m.Mixed.Source)
 	fmt.Fprintf(&b, "far:\n  above: [%g, %g]\n  source: >-\n    %s\n\n", fb[0], fb[1], m.Far.Source)
+	if sm := m.Softmax; sm != nil {
+		fmt.Fprintf(&b, "softmax:\n  over: %s\n  source: >-\n    %s\n\n", sm.Over, sm.Source)
+	}
 	if t := m.Temperature; t != nil {
 		fmt.Fprintf(&b, "temperature:\n  value: %g\n  source: >-\n    %s\n\n", *t.Value, t.Source)
 	}
@@ -230,23 +234,27 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 }
 
 // candidateHeader opens the candidate model's file.
-const candidateHeader = `# The candidate classifier: rules/classes.yaml with its far ramp, features and
-# workload boxes replaced by the fit on the Filebench runs and the fio models
-# (the FITTED block), and a softmax temperature. Written by
+const candidateHeader = `# The candidate classifier: rules/classes.yaml with its mixed and far ramps,
+# features and workload boxes replaced by the fit on the Filebench runs and
+# the fio models (the FITTED block), and a softmax and its temperature. Written by
 # go run ./tests/workload/filebench -fit -write; do not edit. The rules are
 # generated from rules/classes.yaml, not from this file, until the candidate's
 # held-out figures (rules/README.md) meet issue 37's targets.
 `
 
-// candidate returns the live model's text with its far ramp and its
-// features and workloads (up to activity:) replaced by fitted.
+// candidate returns the live model's text with its mixed and far ramps and
+// its features and workloads (up to activity:) replaced by fitted.
 func candidate(live, fitted string) (string, error) {
-	far, hyst := strings.Index(live, "\nfar:\n"), strings.Index(live, "\nhysteresis_bonus:")
+	far, hyst := strings.Index(live, "\nmixed:\n"), strings.Index(live, "\nhysteresis_bonus:")
 	feat, act := strings.Index(live, "\nfeatures:\n"), strings.Index(live, "\nactivity:\n")
-	if far < 0 || hyst < far || feat < hyst || act < feat {
-		return "", fmt.Errorf("the live model lacks far, hysteresis_bonus, features or activity in that order")
+	if far < 0 || hyst < far || feat < hyst || act < feat ||
+		!strings.HasPrefix(live[far:hyst], "\nmixed:\n") || !strings.Contains(live[far:hyst], "\nfar:\n") {
+		return "", fmt.Errorf("the live model lacks mixed and far, hysteresis_bonus, features or activity in that order")
 	}
-	out := candidateHeader + live[:far+1] + live[hyst+1:feat+1] +
+	// The live file marks its own fitted block: its opening line, just
+	// before features:, is written once, below.
+	mid := strings.TrimSuffix(live[hyst+1:feat+1], fitBegin+"\n")
+	out := candidateHeader + live[:far+1] + mid +
 		fitBegin + "\n" + strings.TrimRight(fitted, "\n") + "\n" + fitEnd + "\n" + live[act:]
 	return out, nil
 }

@@ -260,6 +260,9 @@ func TestFittedModelCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := strings.Count(want, fitBegin); n != 1 {
+		t.Errorf("the candidate opens its fitted block %d times, want once", n)
+	}
 	if string(got) != want {
 		t.Errorf("rules/classes-candidate.yaml is not the fit of the stored runs: run go run ./tests/workload/filebench -fit -write")
 	}
