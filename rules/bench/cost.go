@@ -7,10 +7,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // costedRule is one rule's expression and its group.
@@ -44,6 +49,14 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 	}
 	// Before the stale markers the stop writes.
 	at := time.Now().Add(-time.Second)
+	// Whether the server kept up during the warm-up: a group that misses
+	// iterations, or takes longer than its inputs' lookback, records gaps
+	// that reset what the rules hold over time (the workload class's
+	// settling), so the state costed below is not the steady one.
+	health, behind, err := s.groupHealth()
+	if err != nil {
+		return err
+	}
 	for i, e := range exprs {
 		rules = append(rules, costedRule{fmt.Sprintf("query/%02d %s", i, e), "query", e})
 	}
@@ -76,6 +89,25 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 		}
 		fmt.Fprintf(os.Stderr, "costed every rule %d of %d times\n", pass+1, o.samples)
 	}
+	for _, l := range health {
+		fmt.Println("#", l)
+	}
+	if behind {
+		fmt.Println("# note: groups missed evaluations in the warm-up: the server did not keep up, its rules' inputs went stale between evaluations, " +
+			"and what the rules hold over time (the workload class's settling) restarted; the state costed is not the steady one")
+	}
+	// The rules that read the class (the pairing, the fleet, the pairs'
+	// alerts) read only settled ones: how many there are at the stop says
+	// how far from the steady state (every disk settled) the run is.
+	settled, err := s.queryCost(`count(domain_disk:fspair_workload_class:settled_ratio == 1)`, at)
+	if err != nil {
+		return err
+	}
+	classed, err := s.queryCost(`count(domain_disk:fspair_workload_class:info)`, at)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# at the stop %d of %d disks' workload classes had settled\n", settled.series, classed.series)
 	fmt.Printf("# a trivial query (count(vector(1))) costs %.2f ms of CPU (median of %d): the HTTP round's share of each rule's figure\n", median(base)*1000, len(base))
 	// The minimum beside the median: a Go garbage collection that a rule's
 	// allocations trigger runs on while the next rules are costed, so
@@ -243,4 +275,76 @@ func processCPUNanos(pid int) (int64, error) {
 		sum += n
 	}
 	return sum, nil
+}
+
+// groupHealth reads, from the server's own metrics, each rule group's
+// evaluations, missed evaluations and last duration, one line a group,
+// and whether any group missed an evaluation.
+func (s *server) groupHealth() ([]string, bool, error) {
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s's metrics: %w", s.name, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s's metrics: %w", s.name, err)
+	}
+	value := func(m *dto.Metric) float64 {
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		}
+		return m.GetUntyped().GetValue()
+	}
+	type health struct{ iterations, missed, last float64 }
+	groups := map[string]*health{}
+	for name, set := range map[string]func(*health, float64){
+		"prometheus_rule_group_iterations_total":        func(h *health, v float64) { h.iterations = v },
+		"prometheus_rule_group_iterations_missed_total": func(h *health, v float64) { h.missed = v },
+		"prometheus_rule_group_last_duration_seconds":   func(h *health, v float64) { h.last = v },
+	} {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "rule_group" {
+					continue
+				}
+				// The group label is file;name: the name alone, as the report names groups.
+				g := l.GetValue()[strings.LastIndexByte(l.GetValue(), ';')+1:]
+				if groups[g] == nil {
+					groups[g] = &health{}
+				}
+				set(groups[g], value(m))
+			}
+		}
+	}
+	order := make([]string, 0, len(groups))
+	for g := range groups {
+		order = append(order, g)
+	}
+	sort.Strings(order)
+	out := make([]string, 0, len(order)+1)
+	behind := false
+	for _, g := range order {
+		h := groups[g]
+		behind = behind || h.missed > 0
+		out = append(out, fmt.Sprintf("warm-up: group %-24s %4.0f evaluations, %4.0f missed, last took %7.1f s", g, h.iterations, h.missed, h.last))
+	}
+	// The head's size and the heap: what every query walks and what each
+	// garbage collection marks, to tell two servers' states apart.
+	server := map[string]string{}
+	for _, name := range []string{"prometheus_tsdb_head_series", "prometheus_tsdb_head_series_created_total", "prometheus_tsdb_head_chunks", "go_memstats_heap_inuse_bytes"} {
+		if ms := fams[name].GetMetric(); len(ms) == 1 {
+			server[name] = strconv.FormatFloat(value(ms[0]), 'g', -1, 64)
+		}
+	}
+	if len(server) > 0 {
+		out = append(out, fmt.Sprintf("server: head series %s (created %s), head chunks %s, heap in use %s bytes",
+			server["prometheus_tsdb_head_series"], server["prometheus_tsdb_head_series_created_total"],
+			server["prometheus_tsdb_head_chunks"], server["go_memstats_heap_inuse_bytes"]))
+	}
+	return out, behind, nil
 }

@@ -152,3 +152,43 @@ func TestQueryCost(t *testing.T) {
 		t.Errorf("cost %+v, want 10000 series and 0.25 s wall", c)
 	}
 }
+
+// TestGroupHealth checks the warm-up report read from the server's own
+// metrics: per group (named without its file) its evaluations, missed ones
+// and last duration, the head's and heap's size, and that a missed
+// evaluation marks the run as behind.
+func TestGroupHealth(t *testing.T) {
+	body := `# HELP prometheus_rule_group_iterations_total x
+prometheus_rule_group_iterations_total{rule_group="/r/fspair.rules.yml;fspair.disk"} 9
+prometheus_rule_group_iterations_missed_total{rule_group="/r/fspair.rules.yml;fspair.disk"} 5
+prometheus_rule_group_last_duration_seconds{rule_group="/r/fspair.rules.yml;fspair.disk"} 235.4
+prometheus_rule_group_iterations_total{rule_group="/r/fspair.rules.yml;fspair.kdb"} 10
+prometheus_rule_group_iterations_missed_total{rule_group="/r/fspair.rules.yml;fspair.kdb"} 0
+prometheus_rule_group_last_duration_seconds{rule_group="/r/fspair.rules.yml;fspair.kdb"} 0.4
+prometheus_tsdb_head_series 123
+prometheus_tsdb_head_series_created_total 130
+prometheus_tsdb_head_chunks 456
+go_memstats_heap_inuse_bytes 7.89e+06
+`
+	for _, c := range []struct {
+		missed string
+		behind bool
+	}{{"5", true}, {"0", false}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, strings.Replace(body, "fspair.disk\"} 5", "fspair.disk\"} "+c.missed, 1))
+		}))
+		lines, behind, err := (&server{url: srv.URL}).groupHealth()
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"warm-up: group fspair.disk                 9 evaluations,    " + c.missed + " missed, last took   235.4 s",
+			"warm-up: group fspair.kdb                 10 evaluations,    0 missed, last took     0.4 s",
+			"server: head series 123 (created 130), head chunks 456, heap in use 7.89e+06 bytes",
+		}
+		if strings.Join(lines, "\n") != strings.Join(want, "\n") || behind != c.behind {
+			t.Errorf("missed %s: got behind %v and\n%s\nwant behind %v and\n%s", c.missed, behind, strings.Join(lines, "\n"), c.behind, strings.Join(want, "\n"))
+		}
+	}
+}

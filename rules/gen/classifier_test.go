@@ -302,8 +302,5 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	}
 	disks, guestFS := steadyDisks(t)
 	rewriteExpected(t, test, &th.Model, disks, guestFS)
-	if th.Model.SoftmaxOver() != classifier.OverDistance {
-		t.Logf("the candidate's softmax is over %s", th.Model.SoftmaxOver())
-	}
 	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
 }

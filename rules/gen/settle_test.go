@@ -53,9 +53,9 @@ func TestSettleRules(t *testing.T) {
 			{sinceName, className + " * 0 + time()"},
 			{settledName, fmt.Sprintf("(time() - %s) / %s,", sinceName, secs)},
 			{"domain_disk:fspair_workload_class:confidence", "* on (" + diskLabels + ")\n  " + settledName},
-			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ", class)\n  (" + settledName + " == 1)"},
+			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ", class)\n    (" + settledName + " == 1)"},
 			// The confidence gate: classes.yaml's settle.min_confidence.
-			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ")\n  (\n      domain_disk:fspair_workload_class:confidence >= 0.5\n    or\n      " + className + `{class=~"idle|mixed"}`},
+			{"domain_disk:fspair_class_pair:info", "and on (" + diskLabels + ")\n    (\n        domain_disk:fspair_workload_class:confidence >= 0.5\n      or\n        " + className + `{class=~"idle|mixed"}`},
 		} {
 			if !strings.Contains(byName[c.rule].Expr, c.want) {
 				t.Errorf("-short %s: %s lacks %q:\n%s", short, c.rule, c.want, byName[c.rule].Expr)

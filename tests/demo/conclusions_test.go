@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -189,22 +190,30 @@ func TestConclusionsTableSettling(t *testing.T) {
 	}
 }
 
-// smokeCells splits a row of the conclusions table into its cells as
-// demo-smoke's awk does (-F '  +': cells are padded to two spaces or more,
-// and none holds two spaces).
-var smokeCells = regexp.MustCompile(`  +`)
+// smokeAwk is demo-smoke's check on every row of every table, the awk
+// program of scripts/demo-smoke.sh itself: it prints a row whose class (the
+// first word of the CLASS cell) is not the VM's (demo-web: web, demo-mail:
+// mail) and whose KDB_VERDICT cell is not "-".
+var smokeAwk = regexp.MustCompile(`awk -F '  \+' '([^']*)'`)
 
-// smokeWrongVerdict is demo-smoke's check on every row of every table: a
-// row fails when its class (the first word of the CLASS cell) is not the
-// VM's (demo-web: web, demo-mail: mail) and its KDB_VERDICT cell is not
-// "-". Keep it in step with the script's awk.
-func smokeWrongVerdict(row string) bool {
-	f := smokeCells.Split(row, -1)
-	want := "mail"
-	if strings.HasPrefix(f[0], "demo-web/") {
-		want = "web"
+// smokeWrongVerdict reports whether demo-smoke's own awk fails row.
+func smokeWrongVerdict(t *testing.T, row string) bool {
+	t.Helper()
+	b, err := os.ReadFile("../../scripts/demo-smoke.sh")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.Fields(f[1])[0] != want && f[4] != "-"
+	m := smokeAwk.FindSubmatch(b)
+	if m == nil {
+		t.Fatal("scripts/demo-smoke.sh: no awk -F '  +' check on the rows")
+	}
+	cmd := exec.Command("awk", "-F", "  +", string(m[1]))
+	cmd.Stdin = strings.NewReader(row + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo-smoke's awk on %q: %v", row, err)
+	}
+	return strings.TrimSpace(string(out)) != ""
 }
 
 // TestConclusionsTableUnsure: what the lab showed on 2026-11-28 before the
@@ -231,7 +240,7 @@ func TestConclusionsTableUnsure(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	for _, l := range lines[1:3] {
-		if smokeWrongVerdict(l) || smokeSettling.MatchString(l) {
+		if smokeWrongVerdict(t, l) || smokeSettling.MatchString(l) {
 			t.Errorf("demo-smoke's checks fail a row the demo must be able to print: %q", l)
 		}
 	}
@@ -241,13 +250,13 @@ func TestConclusionsTableUnsure(t *testing.T) {
 		"demo-web/vda   rfa (unsure)  0.00  xfs/ext4 raw      neither       -       -",
 		"demo-mail/vda  fileserver    0.95  btrfs/ext4 raw    best, published  1.04    -",
 	} {
-		if !smokeWrongVerdict(bad) {
+		if !smokeWrongVerdict(t, bad) {
 			t.Errorf("demo-smoke's check passes %q", bad)
 		}
 	}
 	// Its own class with a verdict passes; so does a wrong class without one.
 	for _, l := range append(conclusionsTable(demoDisks(), lineWidth)[1:3], conclusionsTable(earlyDisks(), lineWidth)[1:]...) {
-		if smokeWrongVerdict(l) {
+		if smokeWrongVerdict(t, l) {
 			t.Errorf("demo-smoke's check fails %q", l)
 		}
 	}

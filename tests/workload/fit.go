@@ -100,7 +100,6 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 	if err != nil {
 		return nil, err
 	}
-	var dropped []string
 	for _, c := range Workloads {
 		if !hasFio(obs, c) {
 			continue
@@ -112,17 +111,14 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 		}
 		if r.right > best.right {
 			best = r
-			dropped = append(dropped, string(c))
 		} else {
 			noFio[c] = false
 		}
 	}
 	m := best.m
-	if len(dropped) > 0 {
-		for i := range m.Classes {
-			if noFio[Workload(m.Classes[i].Name)] {
-				m.Classes[i].Source += "; the fio model's windows left out of this box: they class fewer inner held-out windows right"
-			}
+	for i := range m.Classes {
+		if noFio[Workload(m.Classes[i].Name)] {
+			m.Classes[i].Source += "; the fio model's windows left out of this box: they class fewer inner held-out windows right"
 		}
 	}
 	return m, nil
