@@ -131,7 +131,6 @@ func uringOnce(t *testing.T, p *Probes, dir string, c uringFile) {
 	if err := f.Truncate(16 << 20); err != nil {
 		t.Fatal(err)
 	}
-	p.UseFS(c.fs)
 	if err := p.SetVMM(3, 0); err != nil {
 		t.Fatal(err)
 	}
