@@ -120,6 +120,11 @@ type Probes struct {
 	drains     map[string]*time.Timer
 	drainGrace time.Duration
 	closed     bool
+	// types, while a batch of programs is loaded (Load, useFS), is the
+	// kernel's BTF decoded once for all of them; nil otherwise: each load
+	// would decode it again (about 4 MiB, the most of a program's load
+	// time in a TCG guest), and keeping it costs the exporter its memory.
+	types *btf.Cache
 
 	// readMu guards the buffers the counter reads copy the kernel's
 	// values into, kept from one read to the next (see lookupInto).
@@ -232,7 +237,7 @@ func Load(opts Options) (*Probes, error) {
 		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
 		slots: map[uint32]uint64{}, devs: map[uint64]uint32{},
 		fsOfSb: map[uint64]string{}, fsRefs: map[string]int{}, drains: map[string]*time.Timer{},
-		drainGrace: fsDrainGrace,
+		drainGrace: fsDrainGrace, types: btf.NewCache(),
 	}
 	// Each object gets its own maps, but for the ones named in shared,
 	// which the later objects take from the first.
@@ -305,7 +310,7 @@ func Load(opts Options) (*Probes, error) {
 	var first *Program
 	if opts.Mode == ModeAuto || opts.Mode == ModeFentry {
 		first = mk(program{name: bpf.DiskProgDioCompleteExit})
-		first.Err = first.start(first.Name, first.spec)
+		first.Err = first.start(first.Name, first.spec, p.types)
 		switch {
 		case first.Err == nil:
 			p.mode = ModeFentry
@@ -344,6 +349,7 @@ func Load(opts Options) (*Probes, error) {
 			p.attach(pr)
 		}
 	}
+	p.types = nil
 	if err := p.setURingRest(); err != nil {
 		p.Close()
 		return nil, err
@@ -372,9 +378,9 @@ func (p *Probes) attach(pr *Program) {
 		}
 		pr.link, pr.Err = attach(spec.Programs[pr.Name], pr.prog)
 	} else {
-		pr.Err = pr.start(pr.Name, pr.spec)
+		pr.Err = pr.start(pr.Name, pr.spec, p.types)
 		if pr.Err != nil && pr.alt != nil {
-			if err := pr.start(pr.altName, pr.alt); err == nil {
+			if err := pr.start(pr.altName, pr.alt, p.types); err == nil {
 				pr.Name, pr.Hook, pr.Err = pr.altName, pr.alt.Programs[pr.altName].SectionName, nil
 			}
 		}
@@ -433,6 +439,8 @@ func fsType(f *os.File) (string, error) {
 // an entry attached before its exit could leave a state no exit takes.
 // Called with p.mu held.
 func (p *Probes) useFS(fs string) {
+	p.types = btf.NewCache()
+	defer func() { p.types = nil }()
 	if t := p.drains[fs]; t != nil {
 		t.Stop()
 		delete(p.drains, fs)
@@ -673,14 +681,14 @@ func (p *Probes) createMaps(spec *ebpf.CollectionSpec, shared map[string]*ebpf.M
 
 // start loads the program name of spec against pr's maps and attaches it
 // where its section says.
-func (pr *Program) start(name string, spec *ebpf.CollectionSpec) error {
+func (pr *Program) start(name string, spec *ebpf.CollectionSpec, types *btf.Cache) error {
 	one := spec.Copy()
 	ps := one.Programs[name]
 	if ps == nil {
 		return fmt.Errorf("no program %s in the BPF object", name)
 	}
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: pr.maps})
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: pr.maps, Cache: types})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
