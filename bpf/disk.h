@@ -146,16 +146,22 @@ struct counters {
 	u64 outstanding_sum;
 	u64 interarrival[IAT_SLOTS];
 	u64 interarrival_sum_ns;
+	u64 pad[7]; /* to a whole number of cache lines (3,136 bytes): see disk_stats */
 };
 
-/* The value of disk_seek: submission-order state of one disk. */
+/*
+ * The value of disk_seek: submission-order state of one disk. What every
+ * request reads or writes is in the first cache line, the ring after it;
+ * 192 bytes, three whole lines (see disk_stats).
+ */
 struct seek_state {
-	u64 last_end;
-	u64 last_submit_ns; /* of the last timed request (only those read the clock) */
-	u64 recent_end[SEEK_HISTORY];
 	u64 submitted;	    /* requests submitted (their sequence: ring index and shape sample) */
 	s64 inflight;
+	u64 last_end;
+	u64 last_submit_ns; /* of the last timed request (only those read the clock) */
 	u64 writes_since_flush;
+	u64 recent_end[SEEK_HISTORY];
+	u64 pad[3];
 };
 
 /* Flags of disk_config. */
@@ -202,17 +208,25 @@ struct {
 	__type(value, struct image_ref);
 } disk_by_inode SEC(".maps");
 
-/* Disk slot -> counters and histograms; read at scrape. */
+/*
+ * Disk slot -> counters and histograms; read at scrape. Mappable only for
+ * where it puts the values: a mappable array's first value starts a page
+ * (kernel array_map_alloc, v5.5+), and values of whole cache lines then
+ * each start a line, so that an operation's 128 bytes are two lines, not
+ * three. User space reads it by lookup, as any array.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct counters);
 } disk_stats SEC(".maps");
 
-/* Disk slot -> submission-order state. */
+/* Disk slot -> submission-order state. Mappable as disk_stats. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct seek_state);
@@ -539,7 +553,7 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	struct op_counters *oc;
 	u64 now = 0, prev, best = ~0ULL, end = pos + len, n, seq;
 	s64 d, dbest = 0;
-	bool sampled;
+	bool sampled, near = false;
 	u32 i, dir;
 
 	st = bpf_map_lookup_elem(&disk_stats, &slot);
@@ -577,7 +591,7 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 		inc(&st->outstanding[pow2_bucket(n, QD_SLOTS)], 1);
 		inc(&st->outstanding_sum, n);
 		if (timed && prev && now > prev) {
-			inc(&st->interarrival[pow2_bucket((now - prev + 999) / 1000, IAT_SLOTS)], 1);
+			inc(&st->interarrival[ns_bucket(now - prev, IAT_SLOTS)], 1);
 			inc(&st->interarrival_sum_ns, now - prev);
 		}
 	}
@@ -608,20 +622,23 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	 * concurrent workers (request N+1 entering before N). The first request
 	 * on a disk has no history and counts as random. The previous request's
 	 * end is the likeliest and is tried first; the ring is scanned when it
-	 * misses, to the first end within reach, or whole for a sampled request,
-	 * whose distance to the nearest end is counted.
+	 * misses. A sampled request scans it for the nearest end, whose distance
+	 * is counted; any other only asks whether an end is within reach, one
+	 * unsigned compare an end: |pos - e| <= len is pos + len - e <= 2 len
+	 * in u64 (offsets and lengths below 2^62).
 	 */
+	n = seq < SEEK_HISTORY ? seq : SEEK_HISTORY;
 	if (seq > 0) {
 		d = (s64)(pos - sk->last_end);
 		best = abs_s64(d);
 		dbest = d;
+		near = best <= len;
 		if (sampled) {
 			inc(&st->seek_prev[seek_bucket(d)], 1);
 			inc(&st->seek_prev_sum, d);
 		}
 	}
-	if (seq > 0 && (best > len || sampled)) {
-		n = seq < SEEK_HISTORY ? seq : SEEK_HISTORY;
+	if (seq > 0 && sampled) {
 		for (i = 0; i < SEEK_HISTORY; i++) {
 			if (i >= n)
 				break;
@@ -630,15 +647,18 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 				best = abs_s64(d);
 				dbest = d;
 			}
-			if (best <= len && !sampled)
-				break;
 		}
-	}
-	if (seq > 0 && sampled) {
+		near = best <= len;
 		inc(&st->seek_near[seek_bucket(dbest)], 1);
 		inc(&st->seek_near_sum, dbest);
+	} else if (seq > 0 && !near) {
+		for (i = 0; i < SEEK_HISTORY; i++) {
+			if (i >= n)
+				break;
+			near |= pos + len - sk->recent_end[i] <= 2 * len;
+		}
 	}
-	if (seq > 0 && best <= len)
+	if (near)
 		inc(&oc->sequential, 1);
 	else
 		inc(&oc->random, 1);
@@ -682,7 +702,7 @@ static __always_inline void complete(struct inflight *rec, s64 ret)
 		return;
 	lat = bpf_ktime_get_ns() - rec->start_ns;
 	inc(&oc->latency_sum_ns, lat);
-	inc(&st->latency[op][pow2_bucket((lat + 999) / 1000, LAT_SLOTS)], 1);
+	inc(&st->latency[op][ns_bucket(lat, LAT_SLOTS)], 1);
 }
 
 struct iov_sum {

@@ -77,38 +77,49 @@ enum kind {
 #define PAGE_MAPPING_ANON 0x1
 #define PAGE_SIZE 4096
 
-/* The value of device_stats: one followed block device. */
+/*
+ * The value of device_stats: one followed block device. What every
+ * completed request adds to but its two histogram buckets sits in the first
+ * 128 bytes (two cache lines, the map's values start on one: see
+ * device_stats), not beside the histograms they sum.
+ */
 struct device_counters {
 	u64 requests[KIND_MAX][2]; /* by kind, read/write */
 	u64 bytes[KIND_MAX][2];
+	u64 service_sum_ns[2];
+	u64 queue_sum_ns[2];
 	u64 commits;	/* jbd2 commits, XFS log writes, Btrfs transaction commits */
 	u64 flushes;
 	u64 discards;
 	u64 discard_bytes;
 	u64 service[2][LAT_SLOTS];
-	u64 service_sum_ns[2];
 	u64 queue[2][LAT_SLOTS];
-	u64 queue_sum_ns[2];
+	u64 pad[8]; /* to a whole number of cache lines (1,024 bytes) */
 };
 
-/* The value of image_device_stats: one disk's data requests on its host device. */
+/*
+ * The value of image_device_stats: one disk's data requests on its host
+ * device. A data request's counters but its histogram buckets are the
+ * first 64 bytes, one cache line (see device_stats).
+ */
 struct image_device_counters {
+	u64 requests[2];
+	u64 bytes[2];
+	u64 service_sum_ns[2];
+	u64 queue_sum_ns[2];
 	u64 cow_extents;	/* Btrfs ordered extents written copy-on-write */
 	u64 cow_bytes;
 	u64 nocow_extents;	/* ... written in place (NOCOW file or preallocated extent) */
 	u64 nocow_bytes;
-	u64 requests[2];
-	u64 bytes[2];
 	u64 service[2][LAT_SLOTS];
-	u64 service_sum_ns[2];
 	u64 queue[2][LAT_SLOTS];
-	u64 queue_sum_ns[2];
 	/* What the disk's flushes (fdatasync/fsync) sent to the device. */
 	u64 flush_writes[KIND_SLOTS];	   /* write bios the flushing thread queued, by kind */
 	u64 flush_write_bytes[KIND_SLOTS];
 	u64 flush_cache_flushes;	   /* device cache flushes (preflush or flush op) it or the journal queued */
 	u64 flush_journal_writes;	   /* journal thread writes in its flush window */
 	u64 flush_journal_bytes;
+	u64 pad[5]; /* to a whole number of cache lines (1,024 bytes) */
 };
 
 /* The value of rq_issued. */
@@ -133,17 +144,25 @@ struct {
 	__type(value, u32);
 } host_devices SEC(".maps");
 
-/* Device slot -> counters; read at scrape. */
+/*
+ * Device slot -> counters; read at scrape. Mappable only for where it puts
+ * the values: a mappable array's first value starts a page (kernel
+ * array_map_alloc, v5.5+), and values of whole cache lines then each start
+ * a line, so that the counters a request touches together share lines.
+ * User space reads it by lookup, as any array.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DEVICES);
 	__type(key, u32);
 	__type(value, struct device_counters);
 } device_stats SEC(".maps");
 
-/* Disk slot -> its data requests on the host device; read at scrape. */
+/* Disk slot -> its data requests on the host device; read at scrape. Mappable as device_stats. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct image_device_counters);
@@ -403,6 +422,17 @@ int host_bio_queue(u64 *ctx)
 	 */
 	if (!bio->bi_bdev || !dev_followed(bio->bi_bdev->bd_dev))
 		return 0;
+	/*
+	 * iomap's own direct I/O bios, the bulk of a cache=none disk's, leave
+	 * before the task storage: none of what follows applies to them. They
+	 * are never a journal's commit (jbd2 and XFS's log write through their
+	 * own bios), never tagged (host_rq_complete finds their request by
+	 * their end_io), and a synchronous call they belong to is a direct one,
+	 * whose cache result is "direct" whatever it reads from the device
+	 * (disk.h cache_account), so call_bio has nothing to note.
+	 */
+	if (iomap_dio_end_io_fn && (u64)bio->bi_end_io == iomap_dio_end_io_fn)
+		return 0;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	/*
 	 * A VMM thread's bio outside a call is its own queued direct I/O
@@ -596,7 +626,7 @@ static __always_inline u32 charge_bios(struct device_counters *dc, struct reques
 
 static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
 {
-	inc(&slots[pow2_bucket((ns + 999) / 1000, LAT_SLOTS)], 1);
+	inc(&slots[ns_bucket(ns, LAT_SLOTS)], 1);
 	inc(sum, ns);
 }
 

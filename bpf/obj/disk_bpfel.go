@@ -44,6 +44,7 @@ type DiskCounters struct {
 	OutstandingSum    uint64
 	Interarrival      [25]uint64
 	InterarrivalSumNs uint64
+	Pad               [7]uint64
 }
 
 type DiskFlushWindow struct {
@@ -120,12 +121,13 @@ type DiskRegistration struct {
 
 type DiskSeekState struct {
 	_                structs.HostLayout
-	LastEnd          uint64
-	LastSubmitNs     uint64
-	RecentEnd        [16]uint64
 	Submitted        uint64
 	Inflight         int64
+	LastEnd          uint64
+	LastSubmitNs     uint64
 	WritesSinceFlush uint64
+	RecentEnd        [16]uint64
+	Pad              [3]uint64
 }
 
 // Names of all BPF objects in the ELF.
