@@ -340,10 +340,23 @@ func Load(opts Options) (*Probes, error) {
 		switch {
 		case slices.Contains(opts.Deny, d.name):
 			pr.Err = ErrDenied
-		case d.lazy, d.fs != "":
+		case d.fs != "" && d.alt == "" && fsRegistered(d.fs):
 			// A file system's hooks run for every file of that type on
 			// the host, the root file system's included: they are
 			// attached while an image lives on one (Track, releaseFS).
+			// Loaded now, while the exporter has the capabilities to:
+			// linking a loaded program later needs none on the kernels
+			// fspair runs on once it drops them.
+			if pr.Err = pr.load(pr.Name, pr.spec, p.types); pr.Err != nil {
+				p.logger.Warn("BPF program not loaded", "program", pr.Name, "hook", pr.Hook, "mode", p.mode, "err", pr.Err)
+				break
+			}
+			pr.Pending = true
+		case d.lazy, d.fs != "":
+			// Its file system's module is not loaded yet: loaded and
+			// attached when an image on it is tracked (which needs the
+			// capabilities --privilege.drop gives up), or no followed
+			// device needs it yet (host_rq_issue, TrackDevice).
 			pr.Pending = true
 		default:
 			p.attach(pr)
@@ -403,6 +416,24 @@ func (p *Probes) detach(pr *Program) {
 		pr.link = nil
 	}
 	pr.Attached, pr.Err, pr.Pending = false, nil, true
+}
+
+// fsRegistered reports whether the kernel knows the file system now
+// (/proc/filesystems): built in, or its module loaded.
+func fsRegistered(fs string) bool {
+	f, err := os.Open("/proc/filesystems")
+	if err != nil {
+		return true // try, and let the load say what is wrong
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 0 && fields[len(fields)-1] == fs {
+			return true
+		}
+	}
+	return false
 }
 
 // fsDrainGrace is how long a released file system's exit programs stay
@@ -682,6 +713,21 @@ func (p *Probes) createMaps(spec *ebpf.CollectionSpec, shared map[string]*ebpf.M
 // start loads the program name of spec against pr's maps and attaches it
 // where its section says.
 func (pr *Program) start(name string, spec *ebpf.CollectionSpec, types *btf.Cache) error {
+	if err := pr.load(name, spec, types); err != nil {
+		return err
+	}
+	l, err := attach(spec.Programs[name], pr.prog)
+	if err != nil {
+		pr.prog.Close()
+		pr.prog = nil
+		return fmt.Errorf("attach: %w", err)
+	}
+	pr.link = l
+	return nil
+}
+
+// load loads the program name of spec against pr's maps, unattached.
+func (pr *Program) load(name string, spec *ebpf.CollectionSpec, types *btf.Cache) error {
 	one := spec.Copy()
 	ps := one.Programs[name]
 	if ps == nil {
@@ -692,14 +738,8 @@ func (pr *Program) start(name string, spec *ebpf.CollectionSpec, types *btf.Cach
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	prog := coll.DetachProgram(name)
+	pr.prog = coll.DetachProgram(name)
 	coll.Close()
-	l, err := attach(ps, prog)
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach: %w", err)
-	}
-	pr.prog, pr.link = prog, l
 	return nil
 }
 
