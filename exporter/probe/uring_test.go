@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	bpf "github.com/fspair/fspair/bpf/obj"
 )
 
@@ -125,7 +127,7 @@ func uringOnce(t *testing.T, p *Probes, dir string, c uringFile) {
 		if err := os.WriteFile(path, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		sh(t, "chattr", "+C", path) // only on an empty file
+		noCOW(t, path) // only on an empty file
 	}
 	f := trackFile(t, p, path, 3)
 	if err := f.Truncate(16 << 20); err != nil {
@@ -166,4 +168,28 @@ func uringOnce(t *testing.T, p *Probes, dir string, c uringFile) {
 		t.Errorf("io_uring submissions: %d, want %d", got, want)
 	}
 	t.Logf("%d writes, %d reads; %d punted to io-wq", w.Write.TotalIOs, r.Read.TotalIOs, after.IoUringPunted-before.IoUringPunted)
+}
+
+// fsNoCOWFlag is FS_NOCOW_FL (include/uapi/linux/fs.h), chattr's C.
+const fsNoCOWFlag = 0x00800000
+
+// noCOW turns copy-on-write off for the empty file at path, as chattr +C
+// does, by its ioctl: the kernel matrix's guests carry no chattr.
+func noCOW(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, flags|fsNoCOWFlag)
+	}
+	if err == nil {
+		flags, err = unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	}
+	if err != nil || flags&fsNoCOWFlag == 0 {
+		t.Fatalf("set no copy-on-write on %s: flags %#x, %v", path, flags, err)
+	}
 }
