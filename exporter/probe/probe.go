@@ -340,6 +340,8 @@ func Load(opts Options) (*Probes, error) {
 		switch {
 		case slices.Contains(opts.Deny, d.name):
 			pr.Err = ErrDenied
+		case d.fs != "" && pr.perfEvent() && fsRegistered(d.fs):
+			p.attach(pr) // for the exporter's life: see perfEvent
 		case d.fs != "" && d.alt == "" && fsRegistered(d.fs):
 			// A file system's hooks run for every file of that type on
 			// the host, the root file system's included: they are
@@ -442,6 +444,16 @@ func fsRegistered(fs string) bool {
 // its exit to be taken by a later request of the same thread.
 const fsDrainGrace = 5 * time.Second
 
+// perfEvent reports whether pr attaches through a perf event (a classic
+// tracepoint), which needs CAP_PERFMON to open, unlike a loaded tracing
+// program's link: such a file-system program is attached at start and
+// stays (releaseFS leaves it), as the exporter may have dropped the
+// capability by the time an image comes or goes.
+func (pr *Program) perfEvent() bool {
+	ps := pr.spec.Programs[pr.primary]
+	return ps != nil && ps.Type == ebpf.TracePoint
+}
+
 // isExit reports whether pr is the second half of an entry/exit pair.
 func isExit(pr *Program) bool { return strings.HasSuffix(pr.primary, "_exit") }
 
@@ -498,7 +510,7 @@ func (p *Probes) releaseFS(fs string) {
 		return
 	}
 	for _, pr := range p.programs {
-		if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) && !isExit(pr) {
+		if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) && !isExit(pr) && !pr.perfEvent() {
 			p.detach(pr)
 		}
 	}
@@ -514,7 +526,7 @@ func (p *Probes) releaseFS(fs string) {
 		}
 		delete(p.drains, fs)
 		for _, pr := range p.programs {
-			if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) {
+			if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) && !pr.perfEvent() {
 				p.detach(pr)
 			}
 		}
