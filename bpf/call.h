@@ -28,7 +28,6 @@ struct inflight {
 	u32 slot;
 	u8 op;
 	u8 format; /* qcow2 metadata, counted apart from guest data */
-	u8 shadow; /* counted by another program (io_uring's): only marks the thread */
 	u8 timed;  /* start_ns is the submission time: the completion has a latency */
 	u32 tgid; /* linux-aio: the submitting process */
 	union {

@@ -146,16 +146,22 @@ struct counters {
 	u64 outstanding_sum;
 	u64 interarrival[IAT_SLOTS];
 	u64 interarrival_sum_ns;
+	u64 pad[7]; /* to a whole number of cache lines (3,136 bytes): see disk_stats */
 };
 
-/* The value of disk_seek: submission-order state of one disk. */
+/*
+ * The value of disk_seek: submission-order state of one disk. What every
+ * request reads or writes is in the first cache line, the ring after it;
+ * 192 bytes, three whole lines (see disk_stats).
+ */
 struct seek_state {
-	u64 last_end;
-	u64 last_submit_ns; /* of the last timed request (only those read the clock) */
-	u64 recent_end[SEEK_HISTORY];
 	u64 submitted;	    /* requests submitted (their sequence: ring index and shape sample) */
 	s64 inflight;
+	u64 last_end;
+	u64 last_submit_ns; /* of the last timed request (only those read the clock) */
 	u64 writes_since_flush;
+	u64 recent_end[SEEK_HISTORY];
+	u64 pad[3];
 };
 
 /* Flags of disk_config. */
@@ -202,17 +208,25 @@ struct {
 	__type(value, struct image_ref);
 } disk_by_inode SEC(".maps");
 
-/* Disk slot -> counters and histograms; read at scrape. */
+/*
+ * Disk slot -> counters and histograms; read at scrape. Mappable only for
+ * where it puts the values: a mappable array's first value starts a page
+ * (kernel array_map_alloc, v5.5+), and values of whole cache lines then
+ * each start a line, so that an operation's 128 bytes are two lines, not
+ * three. User space reads it by lookup, as any array.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct counters);
 } disk_stats SEC(".maps");
 
-/* Disk slot -> submission-order state. */
+/* Disk slot -> submission-order state. Mappable as disk_stats. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct seek_state);
@@ -539,7 +553,7 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	struct op_counters *oc;
 	u64 now = 0, prev, best = ~0ULL, end = pos + len, n, seq;
 	s64 d, dbest = 0;
-	bool sampled;
+	bool sampled, near = false;
 	u32 i, dir;
 
 	st = bpf_map_lookup_elem(&disk_stats, &slot);
@@ -557,7 +571,6 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	rec->slot = slot;
 	rec->op = op;
 	rec->format = 0;
-	rec->shadow = 0;
 	rec->timed = timed;
 
 	if ((op == OP_READ || op == OP_WRITE) && format_metadata(slot, pos)) {
@@ -578,7 +591,7 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 		inc(&st->outstanding[pow2_bucket(n, QD_SLOTS)], 1);
 		inc(&st->outstanding_sum, n);
 		if (timed && prev && now > prev) {
-			inc(&st->interarrival[pow2_bucket((now - prev + 999) / 1000, IAT_SLOTS)], 1);
+			inc(&st->interarrival[ns_bucket(now - prev, IAT_SLOTS)], 1);
 			inc(&st->interarrival_sum_ns, now - prev);
 		}
 	}
@@ -609,20 +622,23 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 	 * concurrent workers (request N+1 entering before N). The first request
 	 * on a disk has no history and counts as random. The previous request's
 	 * end is the likeliest and is tried first; the ring is scanned when it
-	 * misses, to the first end within reach, or whole for a sampled request,
-	 * whose distance to the nearest end is counted.
+	 * misses. A sampled request scans it for the nearest end, whose distance
+	 * is counted; any other only asks whether an end is within reach, one
+	 * unsigned compare an end: |pos - e| <= len is pos + len - e <= 2 len
+	 * in u64 (offsets and lengths below 2^62).
 	 */
+	n = seq < SEEK_HISTORY ? seq : SEEK_HISTORY;
 	if (seq > 0) {
 		d = (s64)(pos - sk->last_end);
 		best = abs_s64(d);
 		dbest = d;
+		near = best <= len;
 		if (sampled) {
 			inc(&st->seek_prev[seek_bucket(d)], 1);
 			inc(&st->seek_prev_sum, d);
 		}
 	}
-	if (seq > 0 && (best > len || sampled)) {
-		n = seq < SEEK_HISTORY ? seq : SEEK_HISTORY;
+	if (seq > 0 && sampled) {
 		for (i = 0; i < SEEK_HISTORY; i++) {
 			if (i >= n)
 				break;
@@ -631,15 +647,18 @@ static __always_inline bool submit(struct inflight *rec, u32 slot, u8 op, u64 po
 				best = abs_s64(d);
 				dbest = d;
 			}
-			if (best <= len && !sampled)
-				break;
 		}
-	}
-	if (seq > 0 && sampled) {
+		near = best <= len;
 		inc(&st->seek_near[seek_bucket(dbest)], 1);
 		inc(&st->seek_near_sum, dbest);
+	} else if (seq > 0 && !near) {
+		for (i = 0; i < SEEK_HISTORY; i++) {
+			if (i >= n)
+				break;
+			near |= pos + len - sk->recent_end[i] <= 2 * len;
+		}
 	}
-	if (seq > 0 && best <= len)
+	if (near)
 		inc(&oc->sequential, 1);
 	else
 		inc(&oc->random, 1);
@@ -683,7 +702,7 @@ static __always_inline void complete(struct inflight *rec, s64 ret)
 		return;
 	lat = bpf_ktime_get_ns() - rec->start_ns;
 	inc(&oc->latency_sum_ns, lat);
-	inc(&st->latency[op][pow2_bucket((lat + 999) / 1000, LAT_SLOTS)], 1);
+	inc(&st->latency[op][ns_bucket(lat, LAT_SLOTS)], 1);
 }
 
 struct iov_sum {
@@ -817,14 +836,12 @@ static __always_inline void cache_account(struct io_task *t, s64 ret)
 	inc(&st->op[OP_WRITE].cache_bytes[CACHE_HIT], ret - dirtied);
 }
 
-/* A synchronous call ended with ret: count it, unless another program does, and clear it. */
+/* A synchronous call ended with ret: count it and clear it. */
 static __always_inline void call_finish(struct io_task *t, s64 ret)
 {
-	if (!t->call.shadow) {
-		complete(&t->call, ret);
-		if (ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
-			cache_account(t, ret);
-	}
+	complete(&t->call, ret);
+	if (ret > 0 && (t->call.op == OP_READ || t->call.op == OP_WRITE))
+		cache_account(t, ret);
 	if (t->call.dev)
 		flush_window_close(t->call.dev);
 	t->call.start_ns = 0;
@@ -964,12 +981,61 @@ static __always_inline bool aio_kiocb_again(u64 kio, u64 pos, u8 op, bool direct
 }
 
 /*
+ * Is the kiocb an io_uring read's or write's: it completes through
+ * io_uring's callbacks (kiocb_iface's addresses). When the kernel hides
+ * them, none is, and io_uring's requests are followed as linux-aio's are,
+ * to their kiocb's completion.
+ */
+static __always_inline bool uring_kiocb(struct kiocb *iocb)
+{
+	u64 fn = (u64)iocb->ki_complete;
+
+	return fn && (fn == io_uring_complete_fn || fn == io_uring_iopoll_fn);
+}
+
+/*
+ * An io_uring read or write reached the file system (the fentry and
+ * tracepoint modes; the syscall mode follows io_uring at submission, where
+ * it must walk the fd table). The kiocb is the io_kiocb's first member
+ * (io_uring/rw.h: struct io_rw overlays io_kiocb.cmd, which starts it since
+ * v6.0), so io_uring_done finds the request by the same key at its
+ * completion, whose CQE gives its whole result. The file system may see one
+ * request more than once: a no-wait attempt in the submitter that returns
+ * -EAGAIN, then again in an io-wq worker or after a poll, and a short
+ * buffered read goes on with the rest at a later position: the first sight
+ * counts it and starts its latency, the others find it here. An entry that
+ * is not this request (another op, or a position outside it) is one whose
+ * completion the programs missed, its io_kiocb since reused.
+ *
+ * What the latency is, then: from the file system's first sight of the
+ * request to its CQE. The time the request waited in the submission ring
+ * is not in it, nor io-wq's queueing of a request forced to a worker before
+ * any attempt (IOSQE_ASYNC, which QEMU does not set); io-wq's queueing
+ * after a no-wait attempt is.
+ */
+static __always_inline void uring_enter(struct kiocb *iocb, u32 slot, u8 op, u64 len, bool dsync)
+{
+	u64 kio = (u64)iocb, pos = iocb->ki_pos;
+	struct inflight rec = {}, *old;
+
+	old = bpf_map_lookup_elem(&inflight_uring, &kio);
+	if (old) {
+		if (old->op == op && pos >= old->pos && pos - old->pos <= old->len)
+			return;
+		drop(DROP_COMPLETION_UNSEEN);
+	}
+	if (!submit(&rec, slot, op, pos, len, IFACE_IO_URING, dsync, true))
+		return;
+	if (bpf_map_update_elem(&inflight_uring, &kio, &rec, BPF_ANY))
+		drop(DROP_INFLIGHT_FULL);
+}
+
+/*
  * A read or write of len bytes reached the file system. A synchronous call
  * is parked in the thread's storage until its end (rw_exit, or iomap's
  * completion in the tracepoint mode); a linux-aio request in inflight_aio by
- * kiocb until it completes, wherever that is. io_uring's requests are
- * counted by the io_uring tracepoints: here they only mark the thread's
- * direct I/O for the host programs. A direct write that XFS retries under
+ * kiocb until it completes, wherever that is; an io_uring request in
+ * inflight_uring until its CQE (uring_enter). A direct write that XFS retries under
  * another lock reaches here twice and is submitted once. iomap: the hook is
  * iomap's begin (the tracepoint mode), which may not be followed by its
  * completion (see aio_call_begins); the fentry mode sees every call return.
@@ -978,7 +1044,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 {
 	struct file *f = iocb->ki_filp;
 	struct inode *inode = f->f_inode;
-	u64 kio = (u64)iocb, id;
+	u64 kio = (u64)iocb;
 	struct inflight rec = {};
 	struct image_ref *img;
 	struct io_task *t;
@@ -989,12 +1055,15 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	if (!img)
 		return;
 	slot = img->slot;
-	id = bpf_get_current_pid_tgid();
 	direct = f->f_flags & O_DIRECT;
 	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (t && direct)
 		t->dio_owner = slot + 1;
+	if (uring_kiocb(iocb)) {
+		uring_enter(iocb, slot, op, len, dsync);
+		return;
+	}
 	if (!iocb->ki_complete) {
 		if (!t) {
 			drop(DROP_INFLIGHT_FULL);
@@ -1018,14 +1087,12 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 		t->cause = direct ? CAUSE_DIRECT : 0;
 		return;
 	}
-	if (bpf_map_lookup_elem(&inflight_uring, &kio))
-		return;
 	if (iomap)
 		aio_call_ended(t, kio);
 	else if (t)
 		t->aio_kio = kio; /* inside its call until rw_exit (see dio_completed) */
 	if (aio_kiocb_again(kio, iocb->ki_pos, op, direct)) {
-		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try). */
+		/* Begun again, perhaps by another thread (io_uring's worker after a no-wait try, uring_kiocb). */
 		struct inflight *again = iomap ? bpf_map_lookup_elem(&inflight_aio, &kio) : NULL;
 
 		if (again)
@@ -1034,7 +1101,7 @@ static __always_inline void rw_enter(struct kiocb *iocb, u64 len, u8 op, bool io
 	}
 	if (!submit(&rec, slot, op, iocb->ki_pos, len, kiocb_iface(iocb), dsync, true))
 		return;
-	rec.tgid = id >> 32;
+	rec.tgid = bpf_get_current_pid_tgid() >> 32;
 	if (iomap)
 		aio_call_begins(&rec, kio, t);
 	if (bpf_map_update_elem(&inflight_aio, &kio, &rec, BPF_NOEXIST)) {
@@ -1062,9 +1129,9 @@ static __always_inline void request_untimed(u32 slot, u8 op, u64 pos, u64 len, u
  * A flush of a file reached the file system (vfs_fsync_range, or a file
  * system's fsync tracepoint). Not followed when the thread is inside a
  * write on the same image: that is the sync an O_DSYNC write does for
- * itself. io_uring's flushes run in its workers and are counted by its
- * tracepoints; the worker is only marked, so that the flush's device writes
- * are still charged to the disk.
+ * itself. io_uring's flushes (IORING_OP_FSYNC) run here in its workers
+ * (iou-wrk, task_iface) and are counted here like any other, timed from
+ * the file system's call: io-wq's queueing before it is not in the latency.
  */
 static __always_inline void flush_enter(struct file *f)
 {
@@ -1083,14 +1150,8 @@ static __always_inline void flush_enter(struct file *f)
 	}
 	if (t->call.start_ns && t->call.op == OP_WRITE && t->inode == (u64)inode)
 		return;
-	if (task_iface() == IFACE_IO_URING) {
-		rec.start_ns = bpf_ktime_get_ns();
-		rec.slot = img->slot;
-		rec.op = OP_FLUSH;
-		rec.shadow = 1;
-	} else if (!submit(&rec, img->slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false, true)) {
+	if (!submit(&rec, img->slot, OP_FLUSH, 0, 0, task_iface(), false, true))
 		return;
-	}
 	if (!rec.format)
 		flush_window_open(&rec, f);
 	t->call = rec;

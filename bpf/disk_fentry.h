@@ -15,8 +15,9 @@
  *   btrfs_sync_file), which fdatasync/fsync, io_uring's and linux-aio's
  *   fsync and O_DSYNC writes all reach; discards, write-zeroes and
  *   allocation: each file system's fallocate;
- * - io_uring requests are counted by the io_uring tracepoints
- *   (disk.bpf.c), as in every mode; here they only mark the thread.
+ * - io_uring reads and writes are counted here too, done at io_uring's
+ *   completion tracepoint (disk.h uring_enter, disk.bpf.c io_uring_done);
+ *   its flushes and fallocates reach the hooks below in io_uring's workers.
  *
  * Hooks measured to attach on Debian 12's 6.1 and 6.12 cloud kernels
  * (tests/matrix). XFS and Btrfs are modules: their programs attach once the
@@ -54,7 +55,8 @@
  * A read or write on a file system returned ret. A synchronous call is done
  * (whatever happened inside, direct I/O falling back to buffered included);
  * an asynchronous one is done unless it was queued (-EIOCBQUEUED), or was
- * completed inside the call by iomap already.
+ * completed inside the call by iomap already. io_uring's are done at their
+ * CQE (io_uring_done), whatever the call returns.
  */
 static __always_inline void rw_exit(struct kiocb *iocb, s64 ret)
 {
@@ -77,11 +79,12 @@ static __always_inline void rw_exit(struct kiocb *iocb, s64 ret)
 	}
 	/*
 	 * Queued: it completes elsewhere. -EAGAIN on a no-wait attempt: the
-	 * submitter tries again with the same kiocb (io_uring's inline attempt
-	 * of a request it followed with a fixed file, which its tracepoints
-	 * could not resolve), found in inflight_aio and not submitted twice.
+	 * submitter tries again with the same kiocb (io_uring's, when its
+	 * callbacks' addresses are hidden: see uring_kiocb), found in
+	 * inflight_aio and not submitted twice.
 	 */
-	if (ret == -EIOCBQUEUED || (ret == -EAGAIN && (iocb->ki_flags & iocb_nowait)) || !aio_in_direct_io)
+	if (ret == -EIOCBQUEUED || (ret == -EAGAIN && (iocb->ki_flags & iocb_nowait)) || !aio_in_direct_io ||
+	    uring_kiocb(iocb))
 		return;
 	rec = bpf_map_lookup_elem(&inflight_aio, &kio);
 	if (rec)

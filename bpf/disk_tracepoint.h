@@ -6,7 +6,11 @@
  *
  * - direct I/O on ext4, XFS and Btrfs (QEMU's cache=none, aio=threads or
  *   native): iomap_dio_rw_begin and iomap_dio_complete, timed (v6.3+);
- * - io_uring requests: the io_uring tracepoints of disk.bpf.c, timed;
+ * - io_uring reads and writes: at iomap's begin like linux-aio's (XFS's
+ *   buffered ones at its tracepoints below), done at io_uring's completion
+ *   (disk.h uring_enter), timed; the rest (buffered I/O on ext4 and Btrfs)
+ *   at io_uring's submission (disk.bpf.c uring_fs_sees); their flushes at
+ *   the file systems' fsync hooks below, in io_uring's workers;
  * - flushes: ext4_sync_file_enter/exit (timed); XFS's xfs_file_fsync and
  *   Btrfs's btrfs_sync_file fire at the start only (counted, untimed);
  * - XFS buffered reads and writes: xfs_file_buffered_read/write at the
@@ -15,7 +19,8 @@
  *   ext4_zero_range, ext4_fallocate_enter at the start (counted, untimed).
  *
  * What it cannot see, and user space says so per disk
- * (fspair_disk_unfollowed): buffered reads and writes on ext4 and Btrfs,
+ * (fspair_disk_unfollowed): buffered reads and writes of QEMU's threads
+ * on ext4 and Btrfs,
  * fallocate on XFS and Btrfs, direct writes Btrfs turns into buffered ones
  * (checksummed files: v6.15+, and Debian's 6.12), and, before v6.3, any direct I/O.
  */
@@ -65,7 +70,7 @@ static __always_inline void dio_complete_body(u64 *ctx)
 	/* XFS's buffered fallback has a tracepoint, which counts the request (rw_untimed). */
 	bool fallback_seen = error == -ENOTBLK && sb->s_magic == XFS_SB_MAGIC;
 
-	if (!sb_tracked((u64)sb))
+	if (!sb_tracked((u64)sb) || uring_kiocb(iocb))
 		return;
 	if (error < 0)
 		res = error;
@@ -149,8 +154,12 @@ static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter
 	img = followed_image(iocb->ki_filp->f_inode);
 	if (!img)
 		return;
-	if (iocb->ki_complete && bpf_map_lookup_elem(&inflight_uring, &kio))
+	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
+	if (uring_kiocb(iocb)) {
+		/* Timed after all: its CQE completes it. */
+		uring_enter(iocb, img->slot, op, iter->count, dsync);
 		return;
+	}
 	/*
 	 * A direct request XFS falls back to buffered I/O for (its range could
 	 * not be dropped from the page cache): counted once, untimed.
@@ -163,7 +172,6 @@ static __always_inline void rw_untimed(struct kiocb *iocb, struct iov_iter *iter
 		call_finish(t, t->call.len);
 		return;
 	}
-	dsync = op == OP_WRITE && (iocb->ki_flags & iocb_dsync);
 	request_untimed(img->slot, op, iocb->ki_pos, iter->count,
 			iocb->ki_complete ? kiocb_iface(iocb) : IFACE_SYSCALL, dsync);
 }
@@ -198,8 +206,8 @@ int ext4_sync_exit(u64 *ctx)
 }
 
 /*
- * A flush seen only as it starts. Not counted: io_uring's (its tracepoints
- * count them), nor the sync of a write on a file opened O_DSYNC (QEMU's
+ * A flush seen only as it starts, io_uring's (in its workers) included. Not
+ * counted: the sync of a write on a file opened O_DSYNC (QEMU's
  * cache=writethrough/directsync), which these tracepoints cannot tell from
  * a flush; user space says so for such disks.
  */
@@ -209,9 +217,9 @@ static __always_inline void flush_untimed(struct inode *inode, u32 file_flags)
 
 	if (!img)
 		return;
-	if (task_iface() == IFACE_IO_URING || (file_flags & (O_DSYNC | __O_SYNC)))
+	if (file_flags & (O_DSYNC | __O_SYNC))
 		return;
-	request_untimed(img->slot, OP_FLUSH, 0, 0, IFACE_SYSCALL, false);
+	request_untimed(img->slot, OP_FLUSH, 0, 0, task_iface(), false);
 }
 
 /* xfs_file_fsync(ip): the XFS inode only; no file flags to look at. */

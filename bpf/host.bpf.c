@@ -77,38 +77,49 @@ enum kind {
 #define PAGE_MAPPING_ANON 0x1
 #define PAGE_SIZE 4096
 
-/* The value of device_stats: one followed block device. */
+/*
+ * The value of device_stats: one followed block device. What every
+ * completed request adds to but its two histogram buckets sits in the first
+ * 128 bytes (two cache lines, the map's values start on one: see
+ * device_stats), not beside the histograms they sum.
+ */
 struct device_counters {
 	u64 requests[KIND_MAX][2]; /* by kind, read/write */
 	u64 bytes[KIND_MAX][2];
+	u64 service_sum_ns[2];
+	u64 queue_sum_ns[2];
 	u64 commits;	/* jbd2 commits, XFS log writes, Btrfs transaction commits */
 	u64 flushes;
 	u64 discards;
 	u64 discard_bytes;
 	u64 service[2][LAT_SLOTS];
-	u64 service_sum_ns[2];
 	u64 queue[2][LAT_SLOTS];
-	u64 queue_sum_ns[2];
+	u64 pad[8]; /* to a whole number of cache lines (1,024 bytes) */
 };
 
-/* The value of image_device_stats: one disk's data requests on its host device. */
+/*
+ * The value of image_device_stats: one disk's data requests on its host
+ * device. A data request's counters but its histogram buckets are the
+ * first 64 bytes, one cache line (see device_stats).
+ */
 struct image_device_counters {
+	u64 requests[2];
+	u64 bytes[2];
+	u64 service_sum_ns[2];
+	u64 queue_sum_ns[2];
 	u64 cow_extents;	/* Btrfs ordered extents written copy-on-write */
 	u64 cow_bytes;
 	u64 nocow_extents;	/* ... written in place (NOCOW file or preallocated extent) */
 	u64 nocow_bytes;
-	u64 requests[2];
-	u64 bytes[2];
 	u64 service[2][LAT_SLOTS];
-	u64 service_sum_ns[2];
 	u64 queue[2][LAT_SLOTS];
-	u64 queue_sum_ns[2];
 	/* What the disk's flushes (fdatasync/fsync) sent to the device. */
 	u64 flush_writes[KIND_SLOTS];	   /* write bios the flushing thread queued, by kind */
 	u64 flush_write_bytes[KIND_SLOTS];
 	u64 flush_cache_flushes;	   /* device cache flushes (preflush or flush op) it or the journal queued */
 	u64 flush_journal_writes;	   /* journal thread writes in its flush window */
 	u64 flush_journal_bytes;
+	u64 pad[5]; /* to a whole number of cache lines (1,024 bytes) */
 };
 
 /* The value of rq_issued. */
@@ -133,17 +144,25 @@ struct {
 	__type(value, u32);
 } host_devices SEC(".maps");
 
-/* Device slot -> counters; read at scrape. */
+/*
+ * Device slot -> counters; read at scrape. Mappable only for where it puts
+ * the values: a mappable array's first value starts a page (kernel
+ * array_map_alloc, v5.5+), and values of whole cache lines then each start
+ * a line, so that the counters a request touches together share lines.
+ * User space reads it by lookup, as any array.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DEVICES);
 	__type(key, u32);
 	__type(value, struct device_counters);
 } device_stats SEC(".maps");
 
-/* Disk slot -> its data requests on the host device; read at scrape. */
+/* Disk slot -> its data requests on the host device; read at scrape. Mappable as device_stats. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_DISKS);
 	__type(key, u32);
 	__type(value, struct image_device_counters);
@@ -190,19 +209,35 @@ volatile const u64 bio_chain_end_io_fn = 0;
  * The block programs run for every bio and request of the host, most of
  * them on devices no image lives on: they leave after comparing the device
  * (dev_t) with this short list of the followed ones, before any map lookup,
- * task storage or other helper call. With more devices than slots the list
- * is off and host_devices decides. Written by user space.
+ * task storage or other helper call. Each entry holds the device's slot
+ * above its dev_t (slot << 32 | dev), so that the programs that need the
+ * slot take it from here, without host_devices' lookup. With more devices
+ * than slots the list is off and host_devices decides. Written by user space.
  */
 u64 followed_devs[FILTER_SLOTS] = {};
 u32 followed_dev_count = 0;
 
+/* The device slot of a followed device, or -1. */
+static __always_inline s64 followed_dev_slot(u32 dev)
+{
+	u32 n = followed_dev_count, i, *slot;
+
+	if (n > FILTER_SLOTS) {
+		slot = bpf_map_lookup_elem(&host_devices, &dev);
+		return slot ? *slot : -1;
+	}
+	for (i = 0; i < FILTER_SLOTS; i++) {
+		if (i >= n)
+			break;
+		if ((u32)followed_devs[i] == dev)
+			return followed_devs[i] >> 32;
+	}
+	return -1;
+}
+
 static __always_inline bool dev_followed(u32 dev)
 {
-	u32 n = followed_dev_count;
-
-	if (n > FILTER_SLOTS)
-		return bpf_map_lookup_elem(&host_devices, &dev) != NULL;
-	return filter_has(followed_devs, n, dev);
+	return followed_dev_slot(dev) >= 0;
 }
 
 /*
@@ -210,26 +245,16 @@ static __always_inline bool dev_followed(u32 dev)
  * so fields are read with plain (fault-safe) loads, not probe-read calls.
  */
 
-static __always_inline u32 *device_slot(struct block_device *bdev)
-{
-	u32 dev;
-
-	if (!bdev)
-		return NULL;
-	dev = bdev->bd_dev;
-	if (!dev_followed(dev))
-		return NULL;
-	return bpf_map_lookup_elem(&host_devices, &dev);
-}
-
-/* The device of a request: its partition, or for flush requests (no part) the whole disk. */
-static __always_inline u32 *rq_device_slot(struct request *rq)
+/* The device slot of a request's device, its partition or for flush requests (no part) the whole disk; -1 if not followed. */
+static __always_inline s64 rq_device_slot(struct request *rq)
 {
 	struct block_device *part = rq->part;
 
 	if (!part)
 		part = rq->q->disk->part0;
-	return device_slot(part);
+	if (!part)
+		return -1;
+	return followed_dev_slot(part->bd_dev);
 }
 
 static __always_inline u32 rq_index(struct request *rq, u32 dev)
@@ -397,8 +422,24 @@ int host_bio_queue(u64 *ctx)
 	 */
 	if (!bio->bi_bdev || !dev_followed(bio->bi_bdev->bd_dev))
 		return 0;
+	/*
+	 * iomap's own direct I/O bios, the bulk of a cache=none disk's, leave
+	 * before the task storage: none of what follows applies to them. They
+	 * are never a journal's commit (jbd2 and XFS's log write through their
+	 * own bios), never tagged (host_rq_complete finds their request by
+	 * their end_io), and a synchronous call they belong to is a direct one,
+	 * whose cache result is "direct" whatever it reads from the device
+	 * (disk.h cache_account), so call_bio has nothing to note.
+	 */
+	if (iomap_dio_end_io_fn && (u64)bio->bi_end_io == iomap_dio_end_io_fn)
+		return 0;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
-	if (!t || !t->call.start_ns)
+	/*
+	 * A VMM thread's bio outside a call is its own queued direct I/O
+	 * (dio_owner: linux-aio, io_uring, iomap's begin in the tracepoint
+	 * mode), never a commit written for another's flush: no window lookup.
+	 */
+	if (!t || (!t->call.start_ns && !t->dio_owner))
 		journal_bio(bio, opf);
 	if (!t || !(t->call.start_ns || t->dio_owner))
 		return 0;
@@ -449,18 +490,32 @@ SEC("tp_btf/block_rq_issue")
 int host_rq_issue(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
-	u32 *dev = rq_device_slot(rq), i;
+	s64 dev = rq_device_slot(rq);
 	struct rq_issue *slot;
+	u32 i;
 
-	if (!dev)
+	if (dev < 0)
 		return 0;
-	i = rq_index(rq, *dev);
+	i = rq_index(rq, dev);
 	slot = bpf_map_lookup_elem(&rq_issued, &i);
 	if (!slot)
 		return 0;
 	slot->rq = (u64)rq;
 	slot->issue_ns = bpf_ktime_get_ns();
 	return 0;
+}
+
+/* The disk slot + 1 of the tracked image an iomap direct request is on, else 0. */
+static __always_inline u32 dio_image_owner(struct iomap_dio *dio)
+{
+	struct image_ref *img;
+	u64 key;
+
+	if (!dio)
+		return 0;
+	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	return img ? img->slot + 1 : 0;
 }
 
 /*
@@ -470,9 +525,7 @@ int host_rq_issue(u64 *ctx)
  */
 static __always_inline u32 dio_bio_owner(struct bio *bio)
 {
-	struct image_ref *img;
-	struct iomap_dio *dio;
-	u64 end_io, key;
+	u64 end_io;
 	u32 i;
 
 	/* bi_private is a void pointer: the walk reads through probe reads. */
@@ -488,12 +541,7 @@ static __always_inline u32 dio_bio_owner(struct bio *bio)
 	}
 	if (i == 3)
 		return 0;
-	dio = BPF_CORE_READ(bio, bi_private);
-	if (!dio)
-		return 0;
-	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
-	img = bpf_map_lookup_elem(&disk_by_inode, &key);
-	return img ? img->slot + 1 : 0;
+	return dio_image_owner(BPF_CORE_READ(bio, bi_private));
 }
 
 /*
@@ -505,6 +553,16 @@ static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covere
 	u64 key = (u64)bio;
 	u32 kind, *dio;
 
+	/*
+	 * iomap's own direct I/O bios first, the bulk of a cache=none disk's:
+	 * their pages are the VMM's memory, never page cache nor metadata, and
+	 * they are never tagged (host_bio_queue), so the page's probe reads and
+	 * the tag's lookup would find nothing. The bio names its request.
+	 */
+	if (iomap_dio_end_io_fn && (u64)bio->bi_end_io == iomap_dio_end_io_fn) {
+		*owner = dio_image_owner(bio->bi_private);
+		return *owner ? KIND_DATA : KIND_OTHER;
+	}
 	kind = bio_kind(bio, bio->bi_opf, owner);
 	if (kind != KIND_OTHER)
 		return kind;
@@ -568,7 +626,7 @@ static __always_inline u32 charge_bios(struct device_counters *dc, struct reques
 
 static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
 {
-	inc(&slots[pow2_bucket((ns + 999) / 1000, LAT_SLOTS)], 1);
+	inc(&slots[ns_bucket(ns, LAT_SLOTS)], 1);
 	inc(sum, ns);
 }
 
@@ -584,16 +642,17 @@ int host_rq_complete(u64 *ctx)
 {
 	struct request *rq = (void *)ctx[0];
 	u32 nr_bytes = (u32)ctx[2];
-	u32 *devp = rq_device_slot(rq), dev, op, kind, dir, owner = 0, i;
+	s64 devslot = rq_device_slot(rq);
+	u32 dev, op, kind, dir, owner = 0, i;
 	u64 service = 0, queue = 0, start, issue;
 	struct device_counters *dc;
 	struct image_device_counters *ic;
 	struct rq_issue *slot;
 	bool last, queued = false;
 
-	if (!devp)
+	if (devslot < 0)
 		return 0;
-	dev = *devp;
+	dev = devslot;
 	dc = bpf_map_lookup_elem(&device_stats, &dev);
 	if (!dc)
 		return 0;

@@ -38,7 +38,8 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 enum { BPF_ANY = 0, BPF_NOEXIST = 1, BPF_EXIST = 2 };
-enum { BPF_F_NO_PREALLOC = 1 };
+/* include/uapi/linux/bpf.h map flags */
+enum { BPF_F_NO_PREALLOC = 1, BPF_F_MMAPABLE = 1 << 10 };
 enum { BPF_LOCAL_STORAGE_GET_F_CREATE = 1 };
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)

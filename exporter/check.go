@@ -17,7 +17,10 @@ import (
 )
 
 // check prints the probes and disks found and says whether all is well.
+// The disks are found first: a file system's programs are attached only
+// once an image on it is tracked, and listed from then on.
 func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) int {
+	refreshErr := inv.Refresh(ctx)
 	ok := true
 	for _, pr := range probes.Programs() {
 		if pr.Err != nil && !errors.Is(pr.Err, probe.ErrDenied) {
@@ -27,7 +30,7 @@ func check(ctx context.Context, inv *inventory.Inventory, probes *probe.Probes) 
 	running, requested := probes.Mode()
 	fmt.Printf("probe mode: %s (asked for: %s)\n\n", running, requested)
 	writePrograms(os.Stdout, probes.Programs())
-	if err := inv.Refresh(ctx); err != nil {
+	if err := refreshErr; err != nil {
 		fmt.Printf("discovery failed: %s\n", field(err.Error()))
 		return 1
 	}

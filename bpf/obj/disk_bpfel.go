@@ -44,6 +44,7 @@ type DiskCounters struct {
 	OutstandingSum    uint64
 	Interarrival      [25]uint64
 	InterarrivalSumNs uint64
+	Pad               [7]uint64
 }
 
 type DiskFlushWindow struct {
@@ -80,8 +81,8 @@ type DiskInflight struct {
 	Slot    uint32
 	Op      uint8
 	Format  uint8
-	Shadow  uint8
 	Timed   uint8
+	_       [1]byte
 	Tgid    uint32
 	Dev     uint32
 }
@@ -120,12 +121,13 @@ type DiskRegistration struct {
 
 type DiskSeekState struct {
 	_                structs.HostLayout
-	LastEnd          uint64
-	LastSubmitNs     uint64
-	RecentEnd        [16]uint64
 	Submitted        uint64
 	Inflight         int64
+	LastEnd          uint64
+	LastSubmitNs     uint64
 	WritesSinceFlush uint64
+	RecentEnd        [16]uint64
+	Pad              [3]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -228,6 +230,7 @@ const (
 	DiskVarTrackAllTasks         = "track_all_tasks"
 	DiskVarTrackedSbCount        = "tracked_sb_count"
 	DiskVarTrackedSbs            = "tracked_sbs"
+	DiskVarUringSubmitRest       = "uring_submit_rest"
 )
 
 // LoadDisk returns the embedded CollectionSpec for Disk.
@@ -380,6 +383,7 @@ type DiskVariableSpecs struct {
 	TrackAllTasks         *ebpf.VariableSpec `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.VariableSpec `ebpf:"tracked_sbs"`
+	UringSubmitRest       *ebpf.VariableSpec `ebpf:"uring_submit_rest"`
 }
 
 // DiskObjects contains all objects after they have been loaded into the kernel.
@@ -455,6 +459,7 @@ type DiskVariables struct {
 	TrackAllTasks         *ebpf.Variable `ebpf:"track_all_tasks"`
 	TrackedSbCount        *ebpf.Variable `ebpf:"tracked_sb_count"`
 	TrackedSbs            *ebpf.Variable `ebpf:"tracked_sbs"`
+	UringSubmitRest       *ebpf.Variable `ebpf:"uring_submit_rest"`
 }
 
 // DiskPrograms contains all programs after they have been loaded into the kernel.

@@ -22,14 +22,15 @@ type HostDeviceCounters struct {
 	_            structs.HostLayout
 	Requests     [3][2]uint64
 	Bytes        [3][2]uint64
+	ServiceSumNs [2]uint64
+	QueueSumNs   [2]uint64
 	Commits      uint64
 	Flushes      uint64
 	Discards     uint64
 	DiscardBytes uint64
 	Service      [2][25]uint64
-	ServiceSumNs [2]uint64
 	Queue        [2][25]uint64
-	QueueSumNs   [2]uint64
+	Pad          [8]uint64
 }
 
 type HostFlushWindow struct {
@@ -41,21 +42,22 @@ type HostFlushWindow struct {
 
 type HostImageDeviceCounters struct {
 	_                  structs.HostLayout
+	Requests           [2]uint64
+	Bytes              [2]uint64
+	ServiceSumNs       [2]uint64
+	QueueSumNs         [2]uint64
 	CowExtents         uint64
 	CowBytes           uint64
 	NocowExtents       uint64
 	NocowBytes         uint64
-	Requests           [2]uint64
-	Bytes              [2]uint64
 	Service            [2][25]uint64
-	ServiceSumNs       [2]uint64
 	Queue              [2][25]uint64
-	QueueSumNs         [2]uint64
 	FlushWrites        [4]uint64
 	FlushWriteBytes    [4]uint64
 	FlushCacheFlushes  uint64
 	FlushJournalWrites uint64
 	FlushJournalBytes  uint64
+	Pad                [5]uint64
 }
 
 type HostImageRef struct {
@@ -74,8 +76,8 @@ type HostIoTask struct {
 		Slot    uint32
 		Op      uint8
 		Format  uint8
-		Shadow  uint8
 		Timed   uint8
+		_       [1]byte
 		Tgid    uint32
 		Dev     uint32
 	}

@@ -111,7 +111,8 @@ func fillRandom(rng *rand.Rand, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).Name != "_" {
+			// Padding (bpf2go names the BPF structs' explicit pad fields Pad) is no counter.
+			if name := v.Type().Field(i).Name; name != "_" && name != "Pad" {
 				fillRandom(rng, v.Field(i))
 			}
 		}

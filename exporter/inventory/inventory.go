@@ -65,7 +65,6 @@ type Disk struct {
 // Prober is what the inventory needs of the BPF side.
 type Prober interface {
 	Inode(f *os.File) (uint64, error)
-	UseFS(fsType string)
 	Track(inode uint64, slot uint32, cfg probe.ImageConfig) error
 	Configure(slot uint32, cfg probe.ImageConfig) error
 	Untrack(inode uint64, slot uint32) error
@@ -392,11 +391,6 @@ func (inv *Inventory) add(id fileID, d discovery.Disk) (*entry, error) {
 		inv.log.Warn("host file system of image", "file", d.SourceFile, "err", err)
 	}
 	_ = inv.identify(e)
-	// The probes' hooks for this host file system (a module, perhaps
-	// loaded only now) must run before its requests can be counted.
-	if e.HostFS.FSType != "" {
-		inv.prober.UseFS(e.HostFS.FSType)
-	}
 	inode, err := inv.prober.Inode(f)
 	if err != nil {
 		f.Close()

@@ -55,8 +55,6 @@ func (p *fakeProber) Configure(slot uint32, cfg probe.ImageConfig) error {
 	return nil
 }
 
-func (p *fakeProber) UseFS(fsType string) {}
-
 func (p *fakeProber) Untrack(inode uint64, slot uint32) error {
 	delete(p.inodes, inode)
 	return nil

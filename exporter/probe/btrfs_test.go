@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,7 @@ import (
 	"github.com/fspair/fspair/exporter/hostfs"
 )
 
-func sh(t *testing.T, name string, args ...string) string {
+func sh(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -48,7 +50,7 @@ func testFS(t *testing.T, fs string) (dev, dir string) {
 
 // loopDevice attaches a sparse file of sizeMiB at backing to a loop device;
 // the test's cleanup detaches it.
-func loopDevice(t *testing.T, backing string, sizeMiB int64) string {
+func loopDevice(t testing.TB, backing string, sizeMiB int64) string {
 	t.Helper()
 	if err := os.WriteFile(backing, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func loopDevice(t *testing.T, backing string, sizeMiB int64) string {
 
 // loopFS makes a file system of sizeMiB with mkfs on a loop device and
 // mounts it; the test's cleanup unmounts and detaches it.
-func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
+func loopFS(t testing.TB, mkfs string, sizeMiB int64) (loop, mnt string) {
 	t.Helper()
 	dir := t.TempDir()
 	loop = loopDevice(t, filepath.Join(dir, "fs.img"), sizeMiB)
@@ -96,9 +98,51 @@ func loopFS(t *testing.T, mkfs string, sizeMiB int64) (loop, mnt string) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Errorf("umount %s: %v: %s", mnt, err, out)
+		// Another process that walks the host's mounts (a node_exporter of
+		// a stack beside the tests held a test's mount point open for
+		// minutes) is not this test's doing: detach the mount lazily, the
+		// loop device goes with its last user. One of this process's own
+		// (a leaked file) or none to be found fails the test.
+		holders := mountHolders(mnt)
+		if len(holders) == 0 || slices.ContainsFunc(holders, func(h mountHolder) bool { return h.pid == os.Getpid() }) {
+			t.Errorf("umount %s: %v: %s (held by %v)", mnt, err, out, holders)
+			return
+		}
+		if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount -l %s: %v: %s (held by %v)", mnt, err, out, holders)
+			return
+		}
+		t.Logf("umount %s: held by %v, not by this test: detached lazily", mnt, holders)
 	})
 	return loop, mnt
+}
+
+// mountHolder is a process with a file, its working directory or its root
+// under a mount point.
+type mountHolder struct {
+	pid  int
+	comm string
+}
+
+// mountHolders lists the processes that hold something under mnt open.
+func mountHolders(mnt string) []mountHolder {
+	var out []mountHolder
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range procs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
+		links, _ := filepath.Glob(filepath.Join(dir, "fd", "*"))
+		for _, l := range append(links, filepath.Join(dir, "cwd"), filepath.Join(dir, "root")) {
+			if to, err := os.Readlink(l); err == nil && (to == mnt || strings.HasPrefix(to, mnt+"/")) {
+				comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
+				out = append(out, mountHolder{pid, strings.TrimSpace(string(comm))})
+				break
+			}
+		}
+	}
+	return out
 }
 
 // trackFile opens path and tracks it as slot, for this process only.

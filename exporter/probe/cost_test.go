@@ -1,8 +1,11 @@
 package probe
 
 import (
+	"encoding/json"
 	"math/rand"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,4 +96,100 @@ func (p *Probes) runTimes(b *testing.B) map[string]uint64 {
 		out[pr.Name] = uint64(st.Runtime.Nanoseconds())
 	}
 	return out
+}
+
+// BenchmarkEngineCost: the BPF run time per request of each of QEMU's aio
+// modes without a guest, the host-side loop of bench/pathcost: fio (psync
+// for aio=threads, libaio for aio=native, io_uring for aio=io_uring) does
+// 4 KiB O_DIRECT random reads and writes, half each, an fdatasync every 8
+// writes, at queue depth 1, on a tracked image on a loop-backed ext4 whose
+// device is followed, so the block-layer programs do their work as they do
+// for a guest's image. fio is another process: the disk has no known VMM,
+// which follows every process but the exporter (SetVMM's 0). Each fio run
+// is one b.N; every program's run time over it is divided by the requests
+// counted (reads, writes and flushes, checked against fio's own count), and
+// reported per program beside the total (bpf-ns/req). The programs load as
+// the exporter loads them (the shape histograms sample 1 in 8).
+//
+//	go test ./exporter/probe -run '^$' -bench EngineCost/tracepoint -benchtime 1x -count 3
+func BenchmarkEngineCost(b *testing.B) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		b.Fatal("fio is needed (make test-deps installs it)")
+	}
+	for _, m := range []Mode{ModeFentry, ModeTracepoint} {
+		b.Run(string(m), func(b *testing.B) {
+			p, err := Load(Options{Mode: m, Stats: true})
+			if err != nil {
+				b.Skipf("mode %s: %v", m, err)
+			}
+			defer p.Close()
+			loop, mnt := loopFS(b, "mkfs.ext4", 512)
+			var st unix.Stat_t
+			if err := unix.Stat(loop, &st); err != nil {
+				b.Fatal(err)
+			}
+			f := trackFile(b, p, filepath.Join(mnt, "disk.img"), 3)
+			if err := f.Truncate(128 << 20); err != nil {
+				b.Fatal(err)
+			}
+			if err := p.TrackDevice(uint32(unix.Major(st.Rdev))<<20|uint32(unix.Minor(st.Rdev)), 1); err != nil {
+				b.Fatal(err)
+			}
+			if err := p.SetVMM(3, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := p.SetProcesses(nil, true); err != nil {
+				b.Fatal(err)
+			}
+			for _, engine := range []string{"psync", "libaio", "io_uring"} {
+				b.Run(engine, func(b *testing.B) { engineCost(b, p, f.Name(), engine) })
+			}
+		})
+	}
+}
+
+// engineIOs is the reads and writes of one fio run of BenchmarkEngineCost.
+const engineIOs = 20000
+
+func engineCost(b *testing.B, p *Probes, path, engine string) {
+	var requests, total float64
+	perProg := map[string]float64{}
+	for i := 0; i < b.N; i++ {
+		before, c0 := p.runTimes(b), counters(b, p)
+		cmd := exec.Command("fio", "--name=cost", "--filename="+path, "--ioengine="+engine, "--direct=1",
+			"--rw=randrw", "--bs=4k", "--size=128m", "--iodepth=1", "--fdatasync=8", "--randrepeat=0",
+			"--number_ios="+strconv.Itoa(engineIOs), "--output-format=json")
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("fio %s: %v", engine, err)
+		}
+		var res struct {
+			Jobs []struct {
+				Read, Write struct {
+					TotalIOs uint64 `json:"total_ios"`
+				}
+			}
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) != 1 {
+			b.Fatalf("fio %s: output: %v", engine, err)
+		}
+		c1 := counters(b, p)
+		j := res.Jobs[0]
+		rw := c1.Requests[opRead] + c1.Requests[opWrite] - c0.Requests[opRead] - c0.Requests[opWrite]
+		if want := j.Read.TotalIOs + j.Write.TotalIOs; rw != want {
+			b.Fatalf("fio %s: %d reads and writes counted, fio did %d", engine, rw, want)
+		}
+		requests += float64(rw + c1.Requests[opFlush] - c0.Requests[opFlush])
+		for name, ns := range p.runTimes(b) {
+			d := float64(ns - before[name])
+			perProg[name] += d
+			total += d
+		}
+	}
+	for name, ns := range perProg {
+		if d := ns / requests; d >= 1 {
+			b.ReportMetric(d, strings.ReplaceAll(name, "_", "-")+"-ns/req")
+		}
+	}
+	b.ReportMetric(total/requests, "bpf-ns/req")
 }

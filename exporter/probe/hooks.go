@@ -23,7 +23,7 @@ const (
 	ModeFentry Mode = "fentry"
 	// ModeTracepoint uses only tracepoints the file systems, iomap and
 	// io_uring have (no system call tracepoint): direct I/O, io_uring and
-	// most flushes, but not buffered I/O on ext4 and Btrfs.
+	// most flushes, but not the threads' buffered I/O on ext4 and Btrfs.
 	ModeTracepoint Mode = "tracepoint"
 	// ModeSyscall follows QEMU's system calls on syscall tracepoints:
 	// complete on any file system, but enabling one slows every system
@@ -70,13 +70,20 @@ var (
 	fentryOnly     = []Mode{ModeFentry}
 	tracepointOnly = []Mode{ModeTracepoint}
 	syscallOnly    = []Mode{ModeSyscall}
+	// uringSubmitModes load io_uring's submission hook.
+	uringSubmitModes = []Mode{ModeTracepoint, ModeSyscall}
 )
 
 // programs is every program of the disk and host objects. A program that
 // is not here is a build error caught by TestProgramTable.
 var programs = []program{
-	// Every mode: io_uring, registration, and the host block layer.
-	{name: bpf.DiskProgIoUringSubmit, alt: bpf.DiskProgIoUringSubmitSqe},
+	// Every mode: io_uring's completion and punts, registration, and the
+	// host block layer. io_uring's submission in the syscall mode, for
+	// every request, and in the tracepoint mode for the reads and writes
+	// no file-system tracepoint sees (buffered I/O on ext4 and Btrfs: see
+	// Probes.setURingRest); the fentry mode sees them all at the kiocb
+	// (bpf/disk.h uring_enter), which needs no walk of the fd table.
+	{name: bpf.DiskProgIoUringSubmit, modes: uringSubmitModes, alt: bpf.DiskProgIoUringSubmitSqe},
 	{name: bpf.DiskProgIoUringDone},
 	{name: bpf.DiskProgIoUringPunt},
 	{name: bpf.DiskProgRegisterImage},
@@ -250,6 +257,10 @@ type need struct {
 	all     []string
 	timing  []string
 	untimed bool
+	// fallback, when every one of them is attached, follows the
+	// requests where a program in all is not (io_uring's submission
+	// hook in the tracepoint mode: see Probes.setURingRest).
+	fallback []string
 }
 
 // syscallAIOTiming are the syscall mode's iomap programs (Linux 6.3+) that
@@ -281,10 +292,41 @@ var ioURing = []string{bpf.DiskProgIoUringSubmit, bpf.DiskProgIoUringDone}
 // takes in mode m, or ok=false when no program of the mode can see it.
 // kernel is the running kernel's version (major, minor).
 func requirement(m Mode, fs, op, path string, cache string, kernel [2]int) (need, bool) {
-	if path == PathIOURing {
-		return need{all: ioURing}, true
-	}
 	rw := op == "read" || op == "write"
+	if path == PathIOURing {
+		if m == ModeSyscall {
+			return need{all: ioURing}, true
+		}
+		// The fentry and tracepoint modes see io_uring's reads and writes
+		// where they see the threads' of the same cache mode, done at
+		// io_uring's completion, and so timed even where the threads'
+		// are not; its flushes and fallocates run in its workers through
+		// the same hooks as the threads'. What the tracepoint mode's
+		// file-system hooks miss (buffered I/O on ext4 and Btrfs, Btrfs's
+		// direct writes from 6.12) its submission hook takes, timed from
+		// the submission (bpf/disk.bpf.c uring_fs_sees).
+		if !rw {
+			return requirement(m, fs, op, PathSyscall, cache, kernel)
+		}
+		var all []string
+		for _, p := range cachePaths(cache) {
+			n, ok := requirement(m, fs, op, p, cache, kernel)
+			switch {
+			case ok:
+				all = append(all, n.all...)
+			case m == ModeTracepoint && slices.Contains(hookFS, fs):
+				all = append(all, bpf.DiskProgIoUringSubmit)
+			default:
+				return need{}, false
+			}
+		}
+		slices.Sort(all)
+		n := need{all: append(slices.Compact(all), bpf.DiskProgIoUringDone)}
+		if m == ModeTracepoint {
+			n.fallback = ioURing
+		}
+		return n, true
+	}
 	switch m {
 	case ModeFentry:
 		progs, ok := fentryFS[fs]

@@ -251,14 +251,27 @@ func TestProgramTable(t *testing.T) {
 // TestProgramsAttach: in every mode this kernel runs, every program
 // attaches, but for those whose hook the kernel does not have at all (its
 // tracepoint or function is in no BTF and no tracefs): a program that fails
-// for any other reason is a bug.
+// for any other reason is a bug. The file systems' programs are tried once
+// an image on each is tracked.
 func TestProgramsAttach(t *testing.T) {
 	kernel, err := btf.LoadKernelSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
+	dirs := map[string]string{}
+	for _, fs := range hookFS {
+		_, dirs[fs] = testFS(t, fs)
+	}
 	forModes(t, func(t *testing.T, m Mode) {
 		p := load(t, m)
+		for i, fs := range hookFS {
+			trackFile(t, p, filepath.Join(dirs[fs], string(m)+"-attach.img"), uint32(i))
+		}
+		for _, pr := range p.programs {
+			if pr.FS != "" && pr.Pending {
+				t.Errorf("program %s of %s still pending with an image on every file system", pr.Name, pr.FS)
+			}
+		}
 		for _, pr := range p.Programs() {
 			if pr.Attached {
 				continue

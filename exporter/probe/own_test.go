@@ -163,8 +163,10 @@ func TestOtherProcessNotFollowed(t *testing.T) {
 
 // TestIOURingCounted: io_uring reads and writes (fio's io_uring engine, as
 // QEMU's aio=io_uring submits them with plain fds) are counted exactly with
-// their bytes, found at submission through the file's super block and the
-// one lookup that names the disk and its VMM.
+// their bytes and as io_uring submissions: at the kiocb where the file
+// system sees them in the fentry and tracepoint modes (once, though a
+// no-wait attempt and io-wq's retry both reach it), at submission in the
+// syscall mode, and done at io_uring's completion in every mode.
 func TestIOURingCounted(t *testing.T) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		t.Fatal("fio is needed (make test-deps installs it)")

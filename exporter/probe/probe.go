@@ -72,10 +72,11 @@ type Program struct {
 	FS       string
 	Attached bool
 	Err      error // why it is not attached
-	// Pending: not needed yet: the hook's file system is not loaded (the
-	// program is attached when an image on it is first tracked, see UseFS),
-	// or no followed device needs it (host_rq_issue, see TrackDevice). It
-	// is reported only once attached or tried.
+	// Pending: not needed now: no tracked image lives on a file system of
+	// the hook's type (the program is attached when the first is tracked
+	// and detached when the last goes, see useFS and releaseFS), or no
+	// followed device needs it (host_rq_issue, see TrackDevice). It is
+	// reported only while attached or tried.
 	Pending bool
 
 	prog    *ebpf.Program
@@ -111,7 +112,19 @@ type Probes struct {
 	sbRefs map[uint64]int    // super block -> tracked images on it
 	inodes map[uint64]uint64 // tracked inode -> its super block (for Untrack)
 	slots  map[uint32]uint64 // tracked slot -> its inode (for SetVMM)
-	devs   map[uint64]bool   // followed block devices (dev_t), the block programs' first filter
+	devs   map[uint64]uint32 // followed block devices (dev_t) -> device slot, the block programs' first filter
+	fsOfSb map[uint64]string // registered super block -> its file-system type (fsExt4 ...), "" for others; kept
+	fsRefs map[string]int    // file-system type -> super blocks of that type holding tracked images
+	// drains are the pending second halves of releaseFS, by file-system
+	// type: the exit programs detached after drainGrace.
+	drains     map[string]*time.Timer
+	drainGrace time.Duration
+	closed     bool
+	// types, while a batch of programs is loaded (Load, useFS), is the
+	// kernel's BTF decoded once for all of them; nil otherwise: each load
+	// would decode it again (about 4 MiB, the most of a program's load
+	// time in a TCG guest), and keeping it costs the exporter its memory.
+	types *btf.Cache
 
 	// readMu guards the buffers the counter reads copy the kernel's
 	// values into, kept from one read to the next (see lookupInto).
@@ -222,7 +235,9 @@ func Load(opts Options) (*Probes, error) {
 	p := &Probes{
 		maxDisks: maxDisks, requested: opts.Mode, kernel: kernel, deny: opts.Deny, logger: opts.Logger,
 		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
-		slots: map[uint32]uint64{}, devs: map[uint64]bool{},
+		slots: map[uint32]uint64{}, devs: map[uint64]uint32{},
+		fsOfSb: map[uint64]string{}, fsRefs: map[string]int{}, drains: map[string]*time.Timer{},
+		drainGrace: fsDrainGrace, types: btf.NewCache(),
 	}
 	// Each object gets its own maps, but for the ones named in shared,
 	// which the later objects take from the first.
@@ -295,7 +310,7 @@ func Load(opts Options) (*Probes, error) {
 	var first *Program
 	if opts.Mode == ModeAuto || opts.Mode == ModeFentry {
 		first = mk(program{name: bpf.DiskProgDioCompleteExit})
-		first.Err = first.start(first.Name, first.spec)
+		first.Err = first.start(first.Name, first.spec, p.types)
 		switch {
 		case first.Err == nil:
 			p.mode = ModeFentry
@@ -325,11 +340,34 @@ func Load(opts Options) (*Probes, error) {
 		switch {
 		case slices.Contains(opts.Deny, d.name):
 			pr.Err = ErrDenied
-		case d.lazy, d.fs != "" && !fsRegistered(d.fs):
+		case d.fs != "" && pr.perfEvent() && fsRegistered(d.fs):
+			p.attach(pr) // for the exporter's life: see perfEvent
+		case d.fs != "" && d.alt == "" && fsRegistered(d.fs):
+			// A file system's hooks run for every file of that type on
+			// the host, the root file system's included: they are
+			// attached while an image lives on one (Track, releaseFS).
+			// Loaded now, while the exporter has the capabilities to:
+			// linking a loaded program later needs none on the kernels
+			// fspair runs on once it drops them.
+			if pr.Err = pr.load(pr.Name, pr.spec, p.types); pr.Err != nil {
+				p.logger.Warn("BPF program not loaded", "program", pr.Name, "hook", pr.Hook, "mode", p.mode, "err", pr.Err)
+				break
+			}
+			pr.Pending = true
+		case d.lazy, d.fs != "":
+			// Its file system's module is not loaded yet: loaded and
+			// attached when an image on it is tracked (which needs the
+			// capabilities --privilege.drop gives up), or no followed
+			// device needs it yet (host_rq_issue, TrackDevice).
 			pr.Pending = true
 		default:
 			p.attach(pr)
 		}
+	}
+	p.types = nil
+	if err := p.setURingRest(); err != nil {
+		p.Close()
+		return nil, err
 	}
 	if p.mode == ModeSyscall && p.allAttached(syscallAIOTiming) {
 		if err := p.vars.AioDioTraced.Set(uint32(1)); err != nil {
@@ -344,12 +382,22 @@ func Load(opts Options) (*Probes, error) {
 }
 
 // attach loads and attaches pr (or its alternative) and logs a failure.
+// A program detached by releaseFS is still loaded: it is linked again,
+// and its run-time statistics go on from where they were.
 func (p *Probes) attach(pr *Program) {
 	pr.Pending = false
-	pr.Err = pr.start(pr.Name, pr.spec)
-	if pr.Err != nil && pr.alt != nil {
-		if err := pr.start(pr.altName, pr.alt); err == nil {
-			pr.Name, pr.Hook, pr.Err = pr.altName, pr.alt.Programs[pr.altName].SectionName, nil
+	if pr.prog != nil {
+		spec := pr.spec
+		if pr.alt != nil && pr.Name == pr.altName {
+			spec = pr.alt
+		}
+		pr.link, pr.Err = attach(spec.Programs[pr.Name], pr.prog)
+	} else {
+		pr.Err = pr.start(pr.Name, pr.spec, p.types)
+		if pr.Err != nil && pr.alt != nil {
+			if err := pr.start(pr.altName, pr.alt, p.types); err == nil {
+				pr.Name, pr.Hook, pr.Err = pr.altName, pr.alt.Programs[pr.altName].SectionName, nil
+			}
 		}
 	}
 	pr.Attached = pr.Err == nil
@@ -358,12 +406,26 @@ func (p *Probes) attach(pr *Program) {
 	}
 }
 
+// detach unlinks pr from its hook and makes it Pending again (not listed
+// by Programs); the program stays loaded for the next attach. One that had
+// failed to attach is tried again then.
+func (p *Probes) detach(pr *Program) {
+	if pr.link != nil {
+		if err := pr.link.Close(); err != nil {
+			p.logger.Warn("BPF program not detached", "program", pr.Name, "hook", pr.Hook, "err", err)
+			return
+		}
+		pr.link = nil
+	}
+	pr.Attached, pr.Err, pr.Pending = false, nil, true
+}
+
 // fsRegistered reports whether the kernel knows the file system now
 // (/proc/filesystems): built in, or its module loaded.
 func fsRegistered(fs string) bool {
 	f, err := os.Open("/proc/filesystems")
 	if err != nil {
-		return true // try, and let the attach say what is wrong
+		return true // try, and let the load say what is wrong
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -376,17 +438,142 @@ func fsRegistered(fs string) bool {
 	return false
 }
 
-// UseFS is called when an image on a host file system of type fs is
-// tracked: the mode's programs for that file system that waited for its
-// module are attached now.
-func (p *Probes) UseFS(fs string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pr := range p.programs {
-		if pr.Pending && pr.FS == fs {
-			p.attach(pr)
+// fsDrainGrace is how long a released file system's exit programs stay
+// attached after its entry programs went (releaseFS): the requests in
+// flight then complete through them, so that no entry's state outlives
+// its exit to be taken by a later request of the same thread.
+const fsDrainGrace = 5 * time.Second
+
+// perfEvent reports whether pr attaches through a perf event (a classic
+// tracepoint), which needs CAP_PERFMON to open, unlike a loaded tracing
+// program's link: such a file-system program is attached at start and
+// stays (releaseFS leaves it), as the exporter may have dropped the
+// capability by the time an image comes or goes.
+func (pr *Program) perfEvent() bool {
+	ps := pr.spec.Programs[pr.primary]
+	return ps != nil && ps.Type == ebpf.TracePoint
+}
+
+// isExit reports whether pr is the second half of an entry/exit pair.
+func isExit(pr *Program) bool { return strings.HasSuffix(pr.primary, "_exit") }
+
+// fsType names the file system a file is on by its magic number (the
+// types of hookFS; "" for any other), as the hooks' modules see it: an
+// ext2 or ext3 mount served by ext4 is ext4.
+func fsType(f *os.File) (string, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return "", fmt.Errorf("statfs %s: %w", f.Name(), err)
+	}
+	switch uint32(st.Type) {
+	case unix.EXT4_SUPER_MAGIC:
+		return fsExt4, nil
+	case unix.XFS_SUPER_MAGIC:
+		return fsXFS, nil
+	case unix.BTRFS_SUPER_MAGIC:
+		return fsBtrfs, nil
+	}
+	return "", nil
+}
+
+// useFS attaches the mode's programs for file-system type fs (its module
+// is loaded by now: an image on it is open), when the first image on one
+// is tracked, and stops a release under way. The exit programs go first:
+// an entry attached before its exit could leave a state no exit takes.
+// Called with p.mu held.
+func (p *Probes) useFS(fs string) {
+	p.types = btf.NewCache()
+	defer func() { p.types = nil }()
+	if t := p.drains[fs]; t != nil {
+		t.Stop()
+		delete(p.drains, fs)
+	}
+	for _, exits := range []bool{true, false} {
+		for _, pr := range p.programs {
+			if pr.Pending && pr.FS == fs && isExit(pr) == exits {
+				p.attach(pr)
+			}
 		}
 	}
+	if err := p.setURingRest(); err != nil {
+		p.logger.Warn("io_uring's submission hook not told of the programs just attached: it goes on taking their requests", "err", err)
+	}
+}
+
+// releaseFS detaches the programs of file-system type fs once no tracked
+// image lives on one: every file of that type on the host (the root file
+// system's, say) otherwise pays their runs. The entry programs go now; the
+// exits after p.drainGrace, unless an image on fs is tracked before.
+// Called with p.mu held.
+func (p *Probes) releaseFS(fs string) {
+	if fs == "" {
+		return
+	}
+	for _, pr := range p.programs {
+		if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) && !isExit(pr) && !pr.perfEvent() {
+			p.detach(pr)
+		}
+	}
+	if err := p.setURingRest(); err != nil {
+		p.logger.Warn("io_uring's submission hook not told of the programs just detached", "err", err)
+	}
+	var t *time.Timer
+	t = time.AfterFunc(p.drainGrace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed || p.drains[fs] != t {
+			return
+		}
+		delete(p.drains, fs)
+		for _, pr := range p.programs {
+			if pr.FS == fs && !pr.Pending && !errors.Is(pr.Err, ErrDenied) && !pr.perfEvent() {
+				p.detach(pr)
+			}
+		}
+	})
+	if old := p.drains[fs]; old != nil {
+		old.Stop()
+	}
+	p.drains[fs] = t
+}
+
+// The bits of bpf/disk.bpf.c's uring_submit_rest.
+const (
+	uringRest            = 1 << iota // the tracepoint mode: take only what no file-system hook sees
+	uringSeenDirect                  // iomap_dio_rw_begin
+	uringSeenBtrfsDWrite             // Btrfs's direct writes reach iomap
+	uringSeenXFSRead                 // xfs_file_buffered_read
+	uringSeenXFSWrite                // xfs_file_buffered_write
+)
+
+// setURingRest tells io_uring's submission hook, in the tracepoint mode,
+// which reads and writes the attached file-system programs see, so that
+// it takes only the rest (bpf/disk.bpf.c uring_fs_sees). A request that
+// both take counts once (they key it by the same io_kiocb), so a bit left
+// off costs only the latency's start; a bit set for a program that is not
+// attached would lose requests, and none is.
+func (p *Probes) setURingRest() error {
+	if p.mode != ModeTracepoint {
+		return nil
+	}
+	v := uint32(uringRest)
+	if p.attached(bpf.DiskProgDioRwBegin) {
+		v |= uringSeenDirect
+		// The same kernels as requirement's Btrfs direct writes.
+		if k := p.kernel; k[0] < 6 || k[0] == 6 && k[1] < 12 {
+			v |= uringSeenBtrfsDWrite
+		}
+	}
+	if p.attached(bpf.DiskProgXfsBufferedRead) {
+		v |= uringSeenXFSRead
+	}
+	if p.attached(bpf.DiskProgXfsBufferedWrite) {
+		v |= uringSeenXFSWrite
+	}
+	if err := p.vars.UringSubmitRest.Set(v); err != nil {
+		return fmt.Errorf("set uring_submit_rest: %w", err)
+	}
+	return nil
 }
 
 // Mode is the attach mode the probes run in, and the one asked for.
@@ -537,25 +724,34 @@ func (p *Probes) createMaps(spec *ebpf.CollectionSpec, shared map[string]*ebpf.M
 
 // start loads the program name of spec against pr's maps and attaches it
 // where its section says.
-func (pr *Program) start(name string, spec *ebpf.CollectionSpec) error {
+func (pr *Program) start(name string, spec *ebpf.CollectionSpec, types *btf.Cache) error {
+	if err := pr.load(name, spec, types); err != nil {
+		return err
+	}
+	l, err := attach(spec.Programs[name], pr.prog)
+	if err != nil {
+		pr.prog.Close()
+		pr.prog = nil
+		return fmt.Errorf("attach: %w", err)
+	}
+	pr.link = l
+	return nil
+}
+
+// load loads the program name of spec against pr's maps, unattached.
+func (pr *Program) load(name string, spec *ebpf.CollectionSpec, types *btf.Cache) error {
 	one := spec.Copy()
 	ps := one.Programs[name]
 	if ps == nil {
 		return fmt.Errorf("no program %s in the BPF object", name)
 	}
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: pr.maps})
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: pr.maps, Cache: types})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	prog := coll.DetachProgram(name)
+	pr.prog = coll.DetachProgram(name)
 	coll.Close()
-	l, err := attach(ps, prog)
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach: %w", err)
-	}
-	pr.prog, pr.link = prog, l
 	return nil
 }
 
@@ -616,7 +812,7 @@ func (p *Probes) Unfollowed(fs, cache, aio string) []Gap {
 			switch {
 			case !ok:
 				missing = MissingRequests
-			case !p.allAttached(n.all):
+			case !p.allAttached(n.all) && (n.fallback == nil || !p.allAttached(n.fallback)):
 				missing = MissingRequests
 			case n.untimed, !p.allAttached(n.timing):
 				missing = MissingLatency
@@ -740,8 +936,13 @@ func (p *Probes) Inodes(files []*os.File) ([]uint64, error) {
 		if reg.Inode == 0 {
 			return nil, fmt.Errorf("register %s: the kernel did not report its inode", files[i].Name())
 		}
+		fs, err := fsType(files[i])
+		if err != nil {
+			return nil, err
+		}
 		out[i] = reg.Inode
 		p.sbOf[reg.Inode] = reg.Sb
+		p.fsOfSb[reg.Sb] = fs
 	}
 	return out, nil
 }
@@ -755,6 +956,8 @@ type ImageConfig struct {
 // Track starts following the image with the given inode (from Inode) as
 // disk slot, for every process but the exporter and kernel threads until
 // SetVMM names the one that runs it. The slot's counters are zeroed first.
+// The first image on a file system of a hooked type attaches that type's
+// programs; Untrack of the last detaches them.
 func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 	if int(slot) >= p.maxDisks {
 		return fmt.Errorf("track slot %d: beyond %d slots", slot, p.maxDisks)
@@ -774,7 +977,12 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 		}
 		delete(p.sbOf, inode)
 		p.inodes[inode] = sb
-		p.sbRefs[sb]++
+		if p.sbRefs[sb]++; p.sbRefs[sb] == 1 {
+			fs := p.fsOfSb[sb]
+			if p.fsRefs[fs]++; p.fsRefs[fs] == 1 && fs != "" {
+				p.useFS(fs)
+			}
+		}
 		if err := p.writeSuperBlocks(); err != nil {
 			return err
 		}
@@ -845,6 +1053,11 @@ func (p *Probes) Untrack(inode uint64, slot uint32) error {
 		delete(p.inodes, inode)
 		if p.sbRefs[sb]--; p.sbRefs[sb] <= 0 {
 			delete(p.sbRefs, sb)
+			fs := p.fsOfSb[sb]
+			if p.fsRefs[fs]--; p.fsRefs[fs] <= 0 {
+				delete(p.fsRefs, fs)
+				p.releaseFS(fs)
+			}
 		}
 		return p.writeSuperBlocks()
 	}
@@ -981,6 +1194,12 @@ func (p *Probes) Dropped() ([]uint64, error) {
 
 // Close detaches every program and frees the maps.
 func (p *Probes) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	for _, t := range p.drains {
+		t.Stop()
+	}
+	p.mu.Unlock()
 	var errs []error
 	for _, pr := range p.programs {
 		if pr.link != nil {
@@ -1021,14 +1240,19 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.devs[uint64(dev)] = true
+	p.devs[uint64(dev)] = slot
 	return p.writeDevices()
 }
 
 // writeDevices gives the block programs the followed devices, their first
-// filter; with more than fit, the filter is off and host_devices decides.
+// filter, each with its slot above its dev_t (bpf/host.bpf.c followed_devs);
+// with more than fit, the filter is off and host_devices decides.
 func (p *Probes) writeDevices() error {
-	if err := setFilter(p.hostVars.FollowedDevs, p.hostVars.FollowedDevCount, p.devs); err != nil {
+	entries := make(map[uint64]bool, len(p.devs))
+	for dev, slot := range p.devs {
+		entries[uint64(slot)<<32|dev] = true
+	}
+	if err := setFilter(p.hostVars.FollowedDevs, p.hostVars.FollowedDevCount, entries); err != nil {
 		return fmt.Errorf("set the device filter: %w", err)
 	}
 	return nil

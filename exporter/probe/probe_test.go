@@ -39,7 +39,7 @@ func tracked(t *testing.T, m Mode) (*Probes, *os.File) {
 	return p, f
 }
 
-func counters(t *testing.T, p *Probes) Counters {
+func counters(t testing.TB, p *Probes) Counters {
 	t.Helper()
 	c, err := p.Counters(3)
 	if err != nil {
