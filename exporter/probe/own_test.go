@@ -58,17 +58,7 @@ func TestOwnRequestsNotCounted(t *testing.T) {
 			t.Fatalf("load probes in mode %s: %v", m, err)
 		}
 		t.Cleanup(func() { p.Close() })
-		f := trackFile(t, p, filepath.Join(t.TempDir(), "disk.img"), 3)
-		if err := f.Truncate(16 << 20); err != nil {
-			t.Fatal(err)
-		}
-		// A disk without a known VMM: every process but the loading one.
-		if err := p.SetVMM(3, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.SetProcesses(nil, true); err != nil {
-			t.Fatal(err)
-		}
+		f := trackForAll(t, p, filepath.Join(t.TempDir(), "disk.img"))
 		self, err := os.Executable()
 		if err != nil {
 			t.Fatal(err)
@@ -199,4 +189,22 @@ func TestIOURingCounted(t *testing.T) {
 			t.Errorf("io_uring submissions: %d, want %d", got, 2*n)
 		}
 	})
+}
+
+// trackForAll tracks a 16 MiB file at path as slot 3, a disk without a
+// known VMM: every process's requests on it are followed but the loading
+// one's.
+func trackForAll(t *testing.T, p *Probes, path string) *os.File {
+	t.Helper()
+	f := trackFile(t, p, path, 3)
+	if err := f.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetVMM(3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetProcesses(nil, true); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

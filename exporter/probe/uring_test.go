@@ -129,16 +129,7 @@ func uringOnce(t *testing.T, p *Probes, dir string, c uringFile) {
 		}
 		noCOW(t, path) // only on an empty file
 	}
-	f := trackFile(t, p, path, 3)
-	if err := f.Truncate(16 << 20); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetVMM(3, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetProcesses(nil, true); err != nil {
-		t.Fatal(err)
-	}
+	trackForAll(t, p, path)
 	cache := "writeback"
 	if c.direct {
 		cache = "none"
