@@ -141,6 +141,10 @@ type BenchOptions struct {
 	Workloads    []string          // by name; empty: all
 	Settle       bool              // sync and drop caches before every timed run (settleScript)
 	Exporters    map[string]string // TAG -> a static exporter on the host, run by variants MODE@TAG
+	// ICount, when set, boots the guest with deterministic time
+	// (lab.ICount): fio's IOPS and getppid's ns per call then count guest
+	// instructions, not the host's wall clock.
+	ICount *lab.ICount
 }
 
 // BenchResult holds every sample: Samples[variant][metric] in round order
@@ -190,11 +194,16 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 		o.Exporters[tag] = path
 		return nil
 	})
+	icountShift := fs.Int("icount", -1, "QEMU -icount shift: the guest's clock advances 2^SHIFT ns per instruction executed, not with the host's (-1: off, the guest's clock is the host's)")
+	icountSleep := fs.Bool("icount-sleep", false, "with -icount: the guest's clock runs at real time while its CPU idles (sleep=on); off, it jumps to the next timer")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *icountShift >= 0 {
+		o.ICount = &lab.ICount{Shift: *icountShift, Sleep: *icountSleep}
 	}
 	o.Variants = list(variants)
 	o.Workloads = list(workloads)
@@ -216,6 +225,12 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	}
 	if o.Rounds < 1 || o.Runtime < time.Second || o.GetppidCalls < 1 {
 		errs = append(errs, errors.New("rounds, runtime (>= 1s) and getppid calls must be positive"))
+	}
+	if *icountShift < -1 || *icountShift > lab.MaxICountShift {
+		errs = append(errs, fmt.Errorf("icount shift %d: want 0 to %d (QEMU's largest), or -1 for off", *icountShift, lab.MaxICountShift))
+	}
+	if *icountSleep && o.ICount == nil {
+		errs = append(errs, errors.New("-icount-sleep needs -icount"))
 	}
 	if n, err := strconv.Atoi(o.HostCPU); err != nil || n < 0 || n >= runtime.NumCPU() {
 		errs = append(errs, fmt.Errorf("host CPU %q: want one CPU number below %d", o.HostCPU, runtime.NumCPU()))
@@ -309,11 +324,11 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			logf("tear down lab: %v", err)
 		}
 	}()
-	g, err := bootGuest(ctx, l, guestConfig{FS: benchFS, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, Data: data})
+	g, err := bootGuest(ctx, l, guestConfig{FS: benchFS, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, ICount: o.ICount, Data: data})
 	if err != nil {
 		return nil, err
 	}
-	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s", g.Release, o.HostCPU)
+	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s%s", g.Release, o.HostCPU, icountNote(o.ICount))
 	for _, f := range []string{benchFile, benchOtherFile, benchNoImageFile} {
 		if err := g.layOut(ctx, f, benchFileMiB); err != nil {
 			return nil, err
@@ -529,6 +544,10 @@ func (r *BenchResult) Text() string {
 	w("# fspair kernel overhead bench %s\n", r.Started.Format(time.RFC3339))
 	w("# guest: %s (%s), 1 vCPU (TCG), %d MiB, QEMU pinned to host CPU %s; host: %d cores, kernel %s\n",
 		r.Release, o.Kernel, o.MemMiB, o.HostCPU, runtime.NumCPU(), hostKernel())
+	if o.ICount != nil {
+		w("# guest time: QEMU -icount %s with single-threaded TCG: the guest's clock advances %d ns per instruction executed, not with the host's; IOPS and ns per call count instructions (TCG models no caches)%s\n",
+			o.ICount.Arg(), 1<<o.ICount.Shift, icountIdle(*o.ICount))
+	}
 	settle := "each run started as it came"
 	if o.Settle {
 		settle = "each run started after sync, dropping the caches and reading a page-cache workload's file back"
@@ -585,6 +604,18 @@ func (r *BenchResult) Text() string {
 			w("| %s | %s | %.3f | %.3f | %.3f |\n", v, m, median(r), slices.Min(r), slices.Max(r))
 		}
 	}
+	// Each variant's own samples across the rounds: how far one run is
+	// from the next with nothing changed but time, the resolution every
+	// ratio above has.
+	w("\n| variant | workload | samples over their median: min | max |\n|---|---|---:|---:|\n")
+	for _, v := range o.Variants {
+		for _, m := range metrics {
+			x := r.Samples[v][m]
+			if med := median(x); med > 0 {
+				w("| %s | %s | %.3f | %.3f |\n", v, m, slices.Min(x)/med, slices.Max(x)/med)
+			}
+		}
+	}
 	b.WriteString(r.profileText())
 	w("\n")
 	for i, order := range r.Order {
@@ -600,6 +631,22 @@ func (r *BenchResult) Text() string {
 		}
 	}
 	return b.String()
+}
+
+// icountIdle says what the guest's clock does while its CPU waits.
+func icountIdle(ic lab.ICount) string {
+	if ic.Sleep {
+		return "; while the CPU idles the clock runs at real time"
+	}
+	return "; while the CPU idles (waiting on the device) the clock jumps to the next timer deadline"
+}
+
+// icountNote is the progress line's mention of -icount.
+func icountNote(ic *lab.ICount) string {
+	if ic == nil {
+		return ""
+	}
+	return ", -icount " + ic.Arg()
 }
 
 func hostKernel() string {
