@@ -140,6 +140,7 @@ type BenchOptions struct {
 	Profile      bool              // after the rounds, each fspair mode's BPF time per request by program (profile.go)
 	Workloads    []string          // by name; empty: all
 	Settle       bool              // sync and drop caches before every timed run (settleScript)
+	Warmup       bool              // run every workload once with no tracer before round 1, not counted
 	Exporters    map[string]string // TAG -> a static exporter on the host, run by variants MODE@TAG
 	// ICount, when set, boots the guest with deterministic time
 	// (lab.ICount): fio's IOPS and getppid's ns per call then count guest
@@ -185,6 +186,7 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	var workloads string
 	fs.StringVar(&workloads, "workloads", "", "workloads to run, comma-separated (default all: "+strings.Join(workloadNames(benchWorkloads(time.Second)), ",")+")")
 	fs.BoolVar(&o.Settle, "settle", true, "start every timed run from the same state: sync, drop the page cache, read a page-cache workload's file back")
+	fs.BoolVar(&o.Warmup, "warmup", false, "before round 1, run every workload once with no tracer and count nothing of it")
 	o.Exporters = map[string]string{}
 	fs.Func("exporter", "TAG=PATH: another static build of fspair_exporter, run by the variants MODE@TAG (repeatable)", func(v string) error {
 		tag, path, ok := strings.Cut(v, "=")
@@ -339,6 +341,17 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 		return nil, fmt.Errorf("read %s into the page cache: %w", benchFile, err)
 	}
 
+	if o.Warmup {
+		// The guest's first run of a workload need not be like the
+		// ones after it (seen under -icount: the first page-cache write
+		// run of a session 9% faster than every later one, in two
+		// runs); whatever it is, no variant should carry it.
+		_, line, err := benchRun(ctx, g, o, workloads)
+		if err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+		logf("warm-up, not counted: %s", line)
+	}
 	res := &BenchResult{Options: o, Release: g.Release, Started: time.Now().UTC(), Waited: waited, Samples: map[string]map[string][]float64{}}
 	for round := 0; round < o.Rounds; round++ {
 		order := rotate(o.Variants, round)
@@ -351,34 +364,19 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
 			}
-			var line []string
-			for _, w := range workloads {
-				if o.Settle {
-					if _, err := g.VM.RunOK(ctx, settleScript(w)); err != nil {
-						_ = stop()
-						return nil, fmt.Errorf("round %d, %s, settle before %s: %w", round+1, v, w.Name, err)
-					}
-				}
-				r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
-				if err != nil {
-					_ = stop()
-					return nil, fmt.Errorf("round %d, %s, %s: %w", round+1, v, w.Name, err)
-				}
-				iops := r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
-				res.add(v, w.Name, iops)
-				line = append(line, fmt.Sprintf("%s %.0f IOPS", w.Name, iops))
-			}
-			ns, err := g.getppid(ctx, o.GetppidCalls)
+			vals, line, err := benchRun(ctx, g, o, workloads)
 			if err != nil {
 				_ = stop()
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
 			}
-			res.add(v, getppidMetric, ns)
-			line = append(line, fmt.Sprintf("getppid %.1f ns", ns))
+			for _, w := range workloads {
+				res.add(v, w.Name, vals[w.Name])
+			}
+			res.add(v, getppidMetric, vals[getppidMetric])
 			if err := stop(); err != nil {
 				return nil, fmt.Errorf("round %d, stop %s: %w", round+1, v, err)
 			}
-			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, strings.Join(line, ", "))
+			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, line)
 		}
 	}
 	if o.Profile {
@@ -388,6 +386,33 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// benchRun runs every workload once (settled first with o.Settle) and
+// getppid, and returns their values by metric and a progress line.
+func benchRun(ctx context.Context, g *Guest, o BenchOptions, workloads []benchWorkload) (map[string]float64, string, error) {
+	vals := map[string]float64{}
+	var line []string
+	for _, w := range workloads {
+		if o.Settle {
+			if _, err := g.VM.RunOK(ctx, settleScript(w)); err != nil {
+				return nil, "", fmt.Errorf("settle before %s: %w", w.Name, err)
+			}
+		}
+		r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", w.Name, err)
+		}
+		vals[w.Name] = r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+		line = append(line, fmt.Sprintf("%s %.0f IOPS", w.Name, vals[w.Name]))
+	}
+	ns, err := g.getppid(ctx, o.GetppidCalls)
+	if err != nil {
+		return nil, "", err
+	}
+	vals[getppidMetric] = ns
+	line = append(line, fmt.Sprintf("getppid %.1f ns", ns))
+	return vals, strings.Join(line, ", "), nil
 }
 
 func (r *BenchResult) add(variant, metric string, v float64) {
@@ -551,6 +576,9 @@ func (r *BenchResult) Text() string {
 	settle := "each run started as it came"
 	if o.Settle {
 		settle = "each run started after sync, dropping the caches and reading a page-cache workload's file back"
+	}
+	if o.Warmup {
+		settle += "; a warm-up run of every workload with no tracer before round 1, not counted"
 	}
 	w("# fio psync 4 KiB on %d MiB files (%s tracked; %s untracked on the same ext4; %s on an XFS with no image), %s per run, %s; getppid: %d calls per run; %d rounds, variant order rotated each round; medians\n",
 		benchFileMiB, benchFile, benchOtherFile, benchNoImageFile, o.Runtime, settle, o.GetppidCalls, o.Rounds)

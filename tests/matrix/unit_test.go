@@ -466,8 +466,8 @@ func TestBenchOptions(t *testing.T) {
 	if o.Kernel != "linux-image-6.1.0-56-cloud-amd64" || o.Rounds != 5 || o.Runtime != 10*time.Second || o.Out != "bench/results-kernel.txt" {
 		t.Errorf("options: %+v", o)
 	}
-	if len(o.Workloads) != 0 || !o.Settle || len(o.Exporters) != 0 || o.ICount != nil {
-		t.Errorf("defaults: workloads %q, settle %v, exporters %v, icount %+v", o.Workloads, o.Settle, o.Exporters, o.ICount)
+	if len(o.Workloads) != 0 || !o.Settle || o.Warmup || len(o.Exporters) != 0 || o.ICount != nil {
+		t.Errorf("defaults: workloads %q, settle %v, warm-up %v, exporters %v, icount %+v", o.Workloads, o.Settle, o.Warmup, o.Exporters, o.ICount)
 	}
 	for _, c := range []struct {
 		args []string
@@ -563,7 +563,14 @@ func TestBenchText(t *testing.T) {
 	if strings.Contains(text, "icount") {
 		t.Errorf("results without -icount speak of it:\n%s", text)
 	}
+	if strings.Contains(text, "warm-up") {
+		t.Errorf("results without -warmup speak of one:\n%s", text)
+	}
 	r.Options.ICount = &lab.ICount{Shift: 2}
+	r.Options.Warmup = true
+	if text := r.Text(); !strings.Contains(text, "; a warm-up run of every workload with no tracer before round 1, not counted;") {
+		t.Errorf("results with -warmup do not say so:\n%s", text)
+	}
 	if text := r.Text(); !strings.Contains(text, "\n# guest time: QEMU -icount shift=2,sleep=off with single-threaded TCG: the guest's clock advances 4 ns per instruction executed") ||
 		!strings.Contains(text, "the clock jumps to the next timer deadline") {
 		t.Errorf("results with -icount 2 do not say so:\n%s", text)
