@@ -345,6 +345,52 @@ func TestDiskConfigNormalize(t *testing.T) {
 	}
 }
 
+// TestQEMUArgs checks the command line: without ICount exactly what every
+// lab guest has always booted with; with it, single-threaded TCG and the
+// -icount option; and that StartVM refuses a shift QEMU would refuse,
+// before it starts anything.
+func TestQEMUArgs(t *testing.T) {
+	kit := &Kit{Kernel: "/k/bzImage", Initramfs: "/k/initramfs.gz"}
+	cfg := VMConfig{Name: "g", Dir: "/d", CPUs: 1, MemMiB: 512}
+	want := "-name guest=g,debug-threads=on -machine pc -accel tcg,thread=multi -smp 1 -m 512 -nodefaults -nographic -no-reboot " +
+		"-kernel /k/bzImage -initrd /k/initramfs.gz -append console=ttyS0 panic=-1 quiet " +
+		"-chardev file,id=console,path=/d/console.log -serial chardev:console -chardev stdio,id=control,signal=off -serial chardev:control " +
+		"-qmp unix:/d/qmp.sock,server=on,wait=off"
+	if got := strings.Join(qemuArgs(kit, cfg, "/d/qmp.sock", "/d/console.log"), " "); got != want {
+		t.Errorf("default command line:\n got %s\nwant %s", got, want)
+	}
+	for _, c := range []struct {
+		ic   ICount
+		want string
+	}{
+		{ICount{Shift: 2}, "shift=2,sleep=off"},
+		{ICount{Shift: 0, Sleep: true}, "shift=0,sleep=on"},
+	} {
+		cfg.ICount = &c.ic
+		args := qemuArgs(kit, cfg, "/d/qmp.sock", "/d/console.log")
+		got := strings.Join(args, " ")
+		if !strings.Contains(got, " -accel tcg,thread=single ") || strings.Contains(got, "thread=multi") ||
+			!strings.Contains(got, " -icount "+c.want+" ") || strings.Count(got, "-icount") != 1 {
+			t.Errorf("%+v: command line %s", c.ic, got)
+		}
+		// The rest is the default command line's.
+		rest := strings.Replace(strings.Replace(got, "thread=single", "thread=multi", 1), " -icount "+c.want, "", 1)
+		if rest != want {
+			t.Errorf("%+v: besides -accel and -icount:\n got %s\nwant %s", c.ic, rest, want)
+		}
+	}
+	for _, shift := range []int{-1, MaxICountShift + 1} {
+		dir := t.TempDir()
+		_, err := StartVM(context.Background(), kit, VMConfig{Dir: dir, ICount: &ICount{Shift: shift}})
+		if err == nil || !strings.Contains(err.Error(), "icount shift") {
+			t.Errorf("shift %d: StartVM returned %v, want the shift refused", shift, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "qemu.log")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("shift %d: QEMU was started (qemu.log: %v)", shift, err)
+		}
+	}
+}
+
 // TestDomainGuest runs lab-ctl.sh on the host behind a UNIX socket, as a
 // domain's second serial port serves it, and talks to it through a Guest:
 // the ready wait (no-op requests), output, exit status.

@@ -64,6 +64,41 @@ type VMConfig struct {
 	// workers) to these host CPUs, a taskset(1) list such as "1" or
 	// "0-1", for measurements that must not move between cores.
 	HostCPUs string
+
+	// ICount, when set, ties the guest's clock to the instructions it
+	// executes instead of the host's wall clock (QEMU's -icount); nil
+	// boots the guest as every lab user always has.
+	ICount *ICount
+}
+
+// ICount is QEMU's -icount: guest time advances 2^Shift ns per guest
+// instruction executed, so what a CPU-bound guest measures with its own
+// clock depends on the instructions it runs, not on what else the host
+// runs meanwhile (QEMU's documentation of -icount, "TCG Instruction
+// Counting"). TCG models no caches: a cache miss costs the guest nothing,
+// and neither does a cache line moving between CPUs.
+type ICount struct {
+	// Shift is 0 to MaxICountShift: 0 is 1 ns per instruction (a guest
+	// second is a billion instructions, many seconds of the host's).
+	Shift int
+	// Sleep keeps the guest's clock running at real time while its CPU
+	// idles (QEMU's sleep=on). Off, the clock jumps to the next timer
+	// deadline as soon as the CPU idles: what the guest waits for (a
+	// device's reply) then costs it no time it can measure.
+	Sleep bool
+}
+
+// MaxICountShift is QEMU's MAX_ICOUNT_SHIFT (softmmu/icount.c): it
+// refuses a larger shift.
+const MaxICountShift = 10
+
+// Arg is the -icount option, as QEMU gets it.
+func (ic ICount) Arg() string {
+	sleep := "off"
+	if ic.Sleep {
+		sleep = "on"
+	}
+	return fmt.Sprintf("shift=%d,sleep=%s", ic.Shift, sleep)
 }
 
 // VM is a running QEMU guest.
@@ -186,11 +221,17 @@ func qemuArgs(kit *Kit, cfg VMConfig, qmpPath, consolePath string) []string {
 	if cfg.KernelArgs != "" {
 		appendArgs += " " + cfg.KernelArgs
 	}
+	// TCG: the lab must run where KVM is missing or unusable.
+	accel := "tcg,thread=multi"
+	if cfg.ICount != nil {
+		// QEMU refuses -icount with a thread per vCPU: one thread runs
+		// every vCPU in turn.
+		accel = "tcg,thread=single"
+	}
 	args := []string{
 		"-name", "guest=" + cfg.Name + ",debug-threads=on",
 		"-machine", "pc",
-		// TCG: the lab must run where KVM is missing or unusable.
-		"-accel", "tcg,thread=multi",
+		"-accel", accel,
 		"-smp", fmt.Sprint(cfg.CPUs),
 		"-m", fmt.Sprint(cfg.MemMiB),
 		"-nodefaults", "-nographic", "-no-reboot",
@@ -204,6 +245,9 @@ func qemuArgs(kit *Kit, cfg VMConfig, qmpPath, consolePath string) []string {
 		// the guest writes can be lost before the host connects.
 		"-chardev", "stdio,id=control,signal=off",
 		"-serial", "chardev:control",
+	}
+	if cfg.ICount != nil {
+		args = append(args, "-icount", cfg.ICount.Arg())
 	}
 	if cfg.FspairQMP {
 		args = append(args, "-chardev", "socket,id=fspair-qmp,path="+fspairQMPPath(cfg.Dir)+",server=on,wait=off",
@@ -262,6 +306,9 @@ func StartVM(ctx context.Context, kit *Kit, cfg VMConfig) (*VM, error) {
 	}
 	if _, err := exec.LookPath(qemuBinary); err != nil {
 		return nil, fmt.Errorf("start vm %s: %s not found (apt-get install qemu-system-x86): %w", cfg.Name, qemuBinary, err)
+	}
+	if ic := cfg.ICount; ic != nil && (ic.Shift < 0 || ic.Shift > MaxICountShift) {
+		return nil, fmt.Errorf("start vm %s: icount shift %d: want 0 to %d", cfg.Name, ic.Shift, MaxICountShift)
 	}
 	if cfg.HostCPUs != "" {
 		if _, err := exec.LookPath("taskset"); err != nil {

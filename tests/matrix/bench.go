@@ -140,7 +140,12 @@ type BenchOptions struct {
 	Profile      bool              // after the rounds, each fspair mode's BPF time per request by program (profile.go)
 	Workloads    []string          // by name; empty: all
 	Settle       bool              // sync and drop caches before every timed run (settleScript)
+	Warmup       bool              // run every workload once with no tracer before round 1, not counted
 	Exporters    map[string]string // TAG -> a static exporter on the host, run by variants MODE@TAG
+	// ICount, when set, boots the guest with deterministic time
+	// (lab.ICount): fio's IOPS and getppid's ns per call then count guest
+	// instructions, not the host's wall clock.
+	ICount *lab.ICount
 }
 
 // BenchResult holds every sample: Samples[variant][metric] in round order
@@ -181,6 +186,7 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	var workloads string
 	fs.StringVar(&workloads, "workloads", "", "workloads to run, comma-separated (default all: "+strings.Join(workloadNames(benchWorkloads(time.Second)), ",")+")")
 	fs.BoolVar(&o.Settle, "settle", true, "start every timed run from the same state: sync, drop the page cache, read a page-cache workload's file back")
+	fs.BoolVar(&o.Warmup, "warmup", false, "before round 1, run every workload once with no tracer and count nothing of it")
 	o.Exporters = map[string]string{}
 	fs.Func("exporter", "TAG=PATH: another static build of fspair_exporter, run by the variants MODE@TAG (repeatable)", func(v string) error {
 		tag, path, ok := strings.Cut(v, "=")
@@ -190,11 +196,16 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 		o.Exporters[tag] = path
 		return nil
 	})
+	icountShift := fs.Int("icount", -1, "QEMU -icount shift: the guest's clock advances 2^SHIFT ns per instruction executed, not with the host's (-1: off, the guest's clock is the host's)")
+	icountSleep := fs.Bool("icount-sleep", false, "with -icount: the guest's clock runs at real time while its CPU idles (sleep=on); off, it jumps to the next timer")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *icountShift >= 0 {
+		o.ICount = &lab.ICount{Shift: *icountShift, Sleep: *icountSleep}
 	}
 	o.Variants = list(variants)
 	o.Workloads = list(workloads)
@@ -216,6 +227,12 @@ func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	}
 	if o.Rounds < 1 || o.Runtime < time.Second || o.GetppidCalls < 1 {
 		errs = append(errs, errors.New("rounds, runtime (>= 1s) and getppid calls must be positive"))
+	}
+	if *icountShift < -1 || *icountShift > lab.MaxICountShift {
+		errs = append(errs, fmt.Errorf("icount shift %d: want 0 to %d (QEMU's largest), or -1 for off", *icountShift, lab.MaxICountShift))
+	}
+	if *icountSleep && o.ICount == nil {
+		errs = append(errs, errors.New("-icount-sleep needs -icount"))
 	}
 	if n, err := strconv.Atoi(o.HostCPU); err != nil || n < 0 || n >= runtime.NumCPU() {
 		errs = append(errs, fmt.Errorf("host CPU %q: want one CPU number below %d", o.HostCPU, runtime.NumCPU()))
@@ -309,11 +326,11 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			logf("tear down lab: %v", err)
 		}
 	}()
-	g, err := bootGuest(ctx, l, guestConfig{FS: benchFS, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, Data: data})
+	g, err := bootGuest(ctx, l, guestConfig{FS: benchFS, FSMiB: 1024, CPUs: 1, MemMiB: o.MemMiB, HostCPUs: o.HostCPU, ICount: o.ICount, Data: data})
 	if err != nil {
 		return nil, err
 	}
-	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s", g.Release, o.HostCPU)
+	logf("guest up on %s, 1 vCPU, QEMU pinned to host CPU %s%s", g.Release, o.HostCPU, icountNote(o.ICount))
 	for _, f := range []string{benchFile, benchOtherFile, benchNoImageFile} {
 		if err := g.layOut(ctx, f, benchFileMiB); err != nil {
 			return nil, err
@@ -324,6 +341,17 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 		return nil, fmt.Errorf("read %s into the page cache: %w", benchFile, err)
 	}
 
+	if o.Warmup {
+		// The guest's first run of a workload need not be like the
+		// ones after it (seen under -icount: the first page-cache write
+		// run of a session 9% faster than every later one, in two
+		// runs); whatever it is, no variant should carry it.
+		_, line, err := benchRun(ctx, g, o, workloads)
+		if err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+		logf("warm-up, not counted: %s", line)
+	}
 	res := &BenchResult{Options: o, Release: g.Release, Started: time.Now().UTC(), Waited: waited, Samples: map[string]map[string][]float64{}}
 	for round := 0; round < o.Rounds; round++ {
 		order := rotate(o.Variants, round)
@@ -336,34 +364,19 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
 			}
-			var line []string
-			for _, w := range workloads {
-				if o.Settle {
-					if _, err := g.VM.RunOK(ctx, settleScript(w)); err != nil {
-						_ = stop()
-						return nil, fmt.Errorf("round %d, %s, settle before %s: %w", round+1, v, w.Name, err)
-					}
-				}
-				r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
-				if err != nil {
-					_ = stop()
-					return nil, fmt.Errorf("round %d, %s, %s: %w", round+1, v, w.Name, err)
-				}
-				iops := r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
-				res.add(v, w.Name, iops)
-				line = append(line, fmt.Sprintf("%s %.0f IOPS", w.Name, iops))
-			}
-			ns, err := g.getppid(ctx, o.GetppidCalls)
+			vals, line, err := benchRun(ctx, g, o, workloads)
 			if err != nil {
 				_ = stop()
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, v, err)
 			}
-			res.add(v, getppidMetric, ns)
-			line = append(line, fmt.Sprintf("getppid %.1f ns", ns))
+			for _, w := range workloads {
+				res.add(v, w.Name, vals[w.Name])
+			}
+			res.add(v, getppidMetric, vals[getppidMetric])
 			if err := stop(); err != nil {
 				return nil, fmt.Errorf("round %d, stop %s: %w", round+1, v, err)
 			}
-			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, strings.Join(line, ", "))
+			logf("round %d/%d %-14s %s", round+1, o.Rounds, v, line)
 		}
 	}
 	if o.Profile {
@@ -373,6 +386,33 @@ func RunBench(ctx context.Context, o BenchOptions, logw io.Writer) (*BenchResult
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// benchRun runs every workload once (settled first with o.Settle) and
+// getppid, and returns their values by metric and a progress line.
+func benchRun(ctx context.Context, g *Guest, o BenchOptions, workloads []benchWorkload) (map[string]float64, string, error) {
+	vals := map[string]float64{}
+	var line []string
+	for _, w := range workloads {
+		if o.Settle {
+			if _, err := g.VM.RunOK(ctx, settleScript(w)); err != nil {
+				return nil, "", fmt.Errorf("settle before %s: %w", w.Name, err)
+			}
+		}
+		r, err := g.VM.Fio(ctx, lab.FioJob{Args: w.Args})
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", w.Name, err)
+		}
+		vals[w.Name] = r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+		line = append(line, fmt.Sprintf("%s %.0f IOPS", w.Name, vals[w.Name]))
+	}
+	ns, err := g.getppid(ctx, o.GetppidCalls)
+	if err != nil {
+		return nil, "", err
+	}
+	vals[getppidMetric] = ns
+	line = append(line, fmt.Sprintf("getppid %.1f ns", ns))
+	return vals, strings.Join(line, ", "), nil
 }
 
 func (r *BenchResult) add(variant, metric string, v float64) {
@@ -529,9 +569,16 @@ func (r *BenchResult) Text() string {
 	w("# fspair kernel overhead bench %s\n", r.Started.Format(time.RFC3339))
 	w("# guest: %s (%s), 1 vCPU (TCG), %d MiB, QEMU pinned to host CPU %s; host: %d cores, kernel %s\n",
 		r.Release, o.Kernel, o.MemMiB, o.HostCPU, runtime.NumCPU(), hostKernel())
+	if o.ICount != nil {
+		w("# guest time: QEMU -icount %s with single-threaded TCG: the guest's clock advances %d ns per instruction executed, not with the host's; IOPS and ns per call count instructions (TCG models no caches)%s\n",
+			o.ICount.Arg(), 1<<o.ICount.Shift, icountIdle(*o.ICount))
+	}
 	settle := "each run started as it came"
 	if o.Settle {
 		settle = "each run started after sync, dropping the caches and reading a page-cache workload's file back"
+	}
+	if o.Warmup {
+		settle += "; a warm-up run of every workload with no tracer before round 1, not counted"
 	}
 	w("# fio psync 4 KiB on %d MiB files (%s tracked; %s untracked on the same ext4; %s on an XFS with no image), %s per run, %s; getppid: %d calls per run; %d rounds, variant order rotated each round; medians\n",
 		benchFileMiB, benchFile, benchOtherFile, benchNoImageFile, o.Runtime, settle, o.GetppidCalls, o.Rounds)
@@ -585,6 +632,18 @@ func (r *BenchResult) Text() string {
 			w("| %s | %s | %.3f | %.3f | %.3f |\n", v, m, median(r), slices.Min(r), slices.Max(r))
 		}
 	}
+	// Each variant's own samples across the rounds: how far one run is
+	// from the next with nothing changed but time, the resolution every
+	// ratio above has.
+	w("\n| variant | workload | samples over their median: min | max |\n|---|---|---:|---:|\n")
+	for _, v := range o.Variants {
+		for _, m := range metrics {
+			x := r.Samples[v][m]
+			if med := median(x); med > 0 {
+				w("| %s | %s | %.3f | %.3f |\n", v, m, slices.Min(x)/med, slices.Max(x)/med)
+			}
+		}
+	}
 	b.WriteString(r.profileText())
 	w("\n")
 	for i, order := range r.Order {
@@ -600,6 +659,22 @@ func (r *BenchResult) Text() string {
 		}
 	}
 	return b.String()
+}
+
+// icountIdle says what the guest's clock does while its CPU waits.
+func icountIdle(ic lab.ICount) string {
+	if ic.Sleep {
+		return "; while the CPU idles the clock runs at real time"
+	}
+	return "; while the CPU idles (waiting on the device) the clock jumps to the next timer deadline"
+}
+
+// icountNote is the progress line's mention of -icount.
+func icountNote(ic *lab.ICount) string {
+	if ic == nil {
+		return ""
+	}
+	return ", -icount " + ic.Arg()
 }
 
 func hostKernel() string {

@@ -19,7 +19,8 @@ type guestConfig struct {
 	FSMiB    int      // size of each
 	CPUs     int
 	MemMiB   int
-	HostCPUs string // taskset list QEMU is pinned to; empty: not pinned
+	HostCPUs string      // taskset list QEMU is pinned to; empty: not pinned
+	ICount   *lab.ICount // deterministic guest time; nil: the guest's clock is the host's
 	Data     lab.DiskConfig
 }
 
@@ -53,7 +54,7 @@ func bootGuest(ctx context.Context, l *lab.Lab, cfg guestConfig) (*Guest, error)
 		disks = append(disks, lab.DiskConfig{ID: fsSerial(fs), File: img, Format: "raw", Cache: "unsafe"})
 	}
 	vm, err := l.StartVM(ctx, lab.VMConfig{
-		CPUs: cfg.CPUs, MemMiB: cfg.MemMiB, Disks: disks, HostCPUs: cfg.HostCPUs,
+		CPUs: cfg.CPUs, MemMiB: cfg.MemMiB, Disks: disks, HostCPUs: cfg.HostCPUs, ICount: cfg.ICount,
 	})
 	if err != nil {
 		return nil, err

@@ -466,8 +466,20 @@ func TestBenchOptions(t *testing.T) {
 	if o.Kernel != "linux-image-6.1.0-56-cloud-amd64" || o.Rounds != 5 || o.Runtime != 10*time.Second || o.Out != "bench/results-kernel.txt" {
 		t.Errorf("options: %+v", o)
 	}
-	if len(o.Workloads) != 0 || !o.Settle || len(o.Exporters) != 0 {
-		t.Errorf("defaults: workloads %q, settle %v, exporters %v", o.Workloads, o.Settle, o.Exporters)
+	if len(o.Workloads) != 0 || !o.Settle || o.Warmup || len(o.Exporters) != 0 || o.ICount != nil {
+		t.Errorf("defaults: workloads %q, settle %v, warm-up %v, exporters %v, icount %+v", o.Workloads, o.Settle, o.Warmup, o.Exporters, o.ICount)
+	}
+	for _, c := range []struct {
+		args []string
+		want lab.ICount
+	}{
+		{[]string{"-icount", "0"}, lab.ICount{Shift: 0}},
+		{[]string{"-icount", "3", "-icount-sleep"}, lab.ICount{Shift: 3, Sleep: true}},
+	} {
+		o, err := parseBenchOptions(c.args, os.Stderr)
+		if err != nil || o.ICount == nil || *o.ICount != c.want {
+			t.Errorf("%q: icount %+v, %v; want %+v", c.args, o.ICount, err, c.want)
+		}
 	}
 	o, err = parseBenchOptions([]string{"-variants", "none,empty-pair,fentry@base,fentry", "-exporter", "base=/tmp/x",
 		"-workloads", "other-randwrite-cached,randread-direct"}, os.Stderr)
@@ -478,6 +490,7 @@ func TestBenchOptions(t *testing.T) {
 		t.Errorf("options: %+v", o)
 	}
 	for _, bad := range [][]string{{"-variants", "current"}, {"-rounds", "0"}, {"-host-cpu", "0-1"}, {"-kernel", ""},
+		{"-icount", "11"}, {"-icount", "-2"}, {"-icount-sleep"},
 		{"-variants", "none,fentry@base"}, {"-exporter", "base"}, {"-exporter", "a/b=/x"}, {"-workloads", "randread"}} {
 		if _, err := parseBenchOptions(bad, os.Stderr); err == nil {
 			t.Errorf("%q accepted", bad)
@@ -540,10 +553,27 @@ func TestBenchText(t *testing.T) {
 		"| current | randwrite-cached | 0.992 | 0.900 | 1.083 |",
 		"| current | getppid | 2.005 | 1.909 | 2.100 |",
 		"# samples current getppid: 210.0 210.0",
+		"| none | randwrite-cached | 0.909 | 1.091 |",
+		"| current | randwrite-cached | 0.818 | 1.182 |",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("results lack %q:\n%s", want, text)
 		}
+	}
+	if strings.Contains(text, "icount") {
+		t.Errorf("results without -icount speak of it:\n%s", text)
+	}
+	if strings.Contains(text, "warm-up") {
+		t.Errorf("results without -warmup speak of one:\n%s", text)
+	}
+	r.Options.ICount = &lab.ICount{Shift: 2}
+	r.Options.Warmup = true
+	if text := r.Text(); !strings.Contains(text, "; a warm-up run of every workload with no tracer before round 1, not counted;") {
+		t.Errorf("results with -warmup do not say so:\n%s", text)
+	}
+	if text := r.Text(); !strings.Contains(text, "\n# guest time: QEMU -icount shift=2,sleep=off with single-threaded TCG: the guest's clock advances 4 ns per instruction executed") ||
+		!strings.Contains(text, "the clock jumps to the next timer deadline") {
+		t.Errorf("results with -icount 2 do not say so:\n%s", text)
 	}
 }
 
