@@ -57,7 +57,23 @@ func scoreSel(class string) string { return fmt.Sprintf(`%s{class="%s"}`, scoreN
 // the box's middle less its half width (0 inside the box). Where c has a
 // range of its own for the disk's guest file system (fspair_disk_info's
 // guest_fs), that range replaces the box's.
+//
+// A class with further centres (Others) is as far as its nearest centre:
+// each centre's distance labelled with its index, the minimum over them.
 func distanceExpr(m *classifier.Model, c classifier.Class) string {
+	if len(c.Others) == 0 {
+		return centreExpr(m, c)
+	}
+	var each []string
+	for i, k := range c.Centres() {
+		each = append(each, fmt.Sprintf(`label_replace(%s, "centre", "%d", "", "")`, strings.ReplaceAll(centreExpr(m, k), "\n", "\n  "), i))
+	}
+	return fmt.Sprintf("min without (centre) (\n    %s\n)", strings.Join(each, "\n  or\n    "))
+}
+
+// centreExpr is the distance of a disk from one centre (or box) of a
+// class, in units.
+func centreExpr(m *classifier.Model, c classifier.Class) string {
 	var terms []string
 	for _, f := range m.BoxFeatures(c) {
 		term := boxTerm(f, c.Box[f], m.Scale(f))
@@ -197,17 +213,7 @@ topk by (${disk}) (1,
 		// (mixed is then first and that score second, or both are equal).
 		// One aggregation and one join of every disk's scores fewer than
 		// the spread times a separate mixed test, the same values.
-		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
-(
-    max by (${disk}) (%[1]s{class!="%[2]s"})
-  - min by (${disk}) (topk by (${disk}) (2, %[1]s))
-)
-* on (${disk})
-  %[3]s`, scoreName, classMixed, settledName),
-			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
-				"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class "+
-				"has been held (1 once settled), so that a class still settling says so. "+
-				"rules/README.md has how often the class was right per band of it on held-out runs."),
+		confidenceRule(w, m),
 		// The class is filtered before the join with fspair_disk_info,
 		// which then matches only the disks that pass (the same series).
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
@@ -234,6 +240,51 @@ topk by (${disk}) (1,
 				num(t.Settle.MinConfidence.V()))),
 	)
 	return out
+}
+
+// confidenceRule records the confidence of each disk's class: the spread
+// of its two highest scores, or, where the model has a confidence of its
+// own (classifier.Confidence) and a workload class scores highest, that
+// confidence's ramps on the distances; times the settled share.
+func confidenceRule(w window, m *classifier.Model) Rule {
+	spread := fmt.Sprintf(`(
+    max by (${disk}) (%[1]s{class!="%[2]s"})
+  - min by (${disk}) (topk by (${disk}) (2, %[1]s))
+)`, scoreName, classMixed)
+	help := "Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); " +
+		"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class " +
+		"has been held (1 once settled), so that a class still settling says so. " +
+		"rules/README.md has how often the class was right per band of it on held-out runs."
+	if c := m.Confidence; c != nil {
+		mb, nb := c.Margin.Bounds(), c.Near.Bounds()
+		nearest := fmt.Sprintf("min by (${disk}) (%s)", distanceName)
+		spread = fmt.Sprintf(`(
+    (
+        clamp((max by (${disk}) (bottomk by (${disk}) (2, %[1]s)) - %[2]s - %[3]s) / %[4]s, 0, 1)
+      * on (${disk})
+        clamp((%[5]s - %[2]s) / %[6]s, 0, 1)
+      * on (${disk})
+        (1 - %[7]s)
+    )
+    and on (${disk})
+    (
+        max by (${disk}) (%[8]s{class=~"%[9]s"})
+      >= on (${disk})
+        max by (${disk}) (%[8]s{class=~"%[10]s|%[11]s"})
+    )
+  or
+    %[12]s
+)`, distanceName, nearest, signed(mb[0]), num(mb[1]-mb[0]), num(nb[1]), num(nb[1]-nb[0]), scoreSel(classIdle),
+			scoreName, classList(), classIdle, classMixed, strings.ReplaceAll(spread, "\n", "\n    "))
+		help = fmt.Sprintf("Confidence of the classification. Where a workload class scores highest: how much nearer the disk "+
+			"lies to its nearest class than to the runner-up (a ramp from %[1]s to %[2]s units of margin) times how near it lies "+
+			"to the nearest (a ramp down from %[3]s to %[4]s units), times (1 - the idle score): calibrated on held-out runs "+
+			"(rules/classes.yaml confidence), apart from the softmax that chooses the class. Where idle scores highest: "+
+			"the two highest scores' spread; 0 where mixed does, as mixed names no class. Times the share of the settle "+
+			"time the class has been held (1 once settled), so that a class still settling says so. rules/README.md has "+
+			"how often the class was right per band of it on held-out runs.", num(mb[0]), num(mb[1]), num(nb[0]), num(nb[1]))
+	}
+	return rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf("\n%s\n* on (${disk})\n  %s", spread, settledName), help)
 }
 
 const (

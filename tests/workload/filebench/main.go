@@ -139,6 +139,8 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 		*runs = DefaultSeries
 	case "heldout":
 		*runs = HeldOutSeries
+	case "heldout2":
+		*runs = HeldOutSeries2
 	}
 	if o.Specs, err = ParseSpecs(*runs); err != nil {
 		return nil, err
