@@ -195,9 +195,17 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// A class without programs' windows has no centre to keep its fio
+	// windows apart from: they train its centre.
+	programs := map[Workload]bool{}
+	for _, o := range obs {
+		if o.Source != "fio" && o.Settled && !o.Layout && o.Expected(base) != classifier.Idle {
+			programs[o.Truth] = true
+		}
+	}
 	apart := map[Workload][]float64{}
 	for _, o := range obs {
-		if o.Source != "fio" || !o.Settled || o.Expected(base) == classifier.Idle {
+		if o.Source != "fio" || !o.Settled || !programs[o.Truth] || o.Expected(base) == classifier.Idle {
 			continue
 		}
 		c, ok := progs.Class(string(o.Truth))
@@ -229,7 +237,7 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 			continue
 		}
 		how := "its fio model's windows train this centre with its programs'"
-		if opt.ownFio[Workload(c.Name)] {
+		if len(c.Others) > 0 {
 			how = "its fio model's windows have a centre of their own (others)"
 		}
 		r.m.Classes[i].Source += fmt.Sprintf("; %s: the fio windows' median distance from the programs' centres (units): %s, %.0f or more for a centre of their own", how, strings.Join(why, ", "), FioApart)
