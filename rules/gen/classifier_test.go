@@ -294,7 +294,7 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	// One disk more: backup1's writes without its reads, as rfa whose
 	// reads stay in the guest's cache, so that each class's own charge
 	// for a missing mean read size (missing:) is checked too.
-	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + "    promql_expr_test:\n"
+	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + unknownGuestDisk(t, text[:cut], "mail1", "nofs1") + "    promql_expr_test:\n"
 	for _, expr := range append(sortedKeys(modelTests), "round(domain_disk:fspair_workload_class:confidence, 0.001)") {
 		// A placeholder sample: rewriteExpected replaces each case's
 		// samples up to the next case's line.
@@ -308,6 +308,9 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	if _, ok := disks["wonly1"]; !ok {
 		t.Fatal("the write-only disk is not among the test's disks")
 	}
+	if _, ok := disks["nofs1"]; !ok || guestFS["nofs1"] != "" {
+		t.Fatalf("the disk of no known guest file system: among the disks %v, guest_fs %q", ok, guestFS["nofs1"])
+	}
 	rewriteExpected(t, test, &th.Model, disks, guestFS)
 	b, err = os.ReadFile(test)
 	if err != nil {
@@ -318,6 +321,27 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 		t.Fatalf("%d expected samples of the write-only disk for rfa, want its distance and score: its missing read size is not checked", n)
 	}
 	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
+}
+
+// unknownGuestDisk returns the input series of domain from in as those of
+// as, its fspair_disk_info's guest_fs empty (the exporter could not tell
+// it): the class's own ranges, not a guest's, must apply.
+func unknownGuestDisk(t *testing.T, in, domain, as string) string {
+	t.Helper()
+	lines := strings.Split(in, "\n")
+	var out []string
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
+			continue
+		}
+		series := strings.ReplaceAll(lines[i], domain, as)
+		series = regexp.MustCompile(`guest_fs="[^"]*"`).ReplaceAllString(series, `guest_fs=""`)
+		out = append(out, series, lines[i+1])
+	}
+	if len(out) == 0 {
+		t.Fatalf("no input series of %s", domain)
+	}
+	return strings.Join(out, "\n") + "\n"
 }
 
 // writeOnlyDisk returns the input series of domain from in (a rule test's

@@ -73,39 +73,105 @@ func distanceExpr(m *classifier.Model, c classifier.Class) string {
 
 // centreExpr is the distance of a disk from one centre (or box) of a
 // class, in units.
+//
+// Where the model has ranges per guest file system (guestFeatures), each
+// feature is read from the features labelled with the disk's guest file
+// system: a range of the disk's guest selects its series by label, the
+// class's own range the rest, where a join with fspair_disk_info per
+// range would cost one join of every disk each.
 func centreExpr(m *classifier.Model, c classifier.Class) string {
+	present, labelled := guestFeatures(m)
 	var terms []string
 	for _, f := range m.BoxFeatures(c) {
-		term := boxTerm(f, c.Box[f], m.Scale(f))
-		var per []string
+		if !labelled {
+			term := boxTerm(featureSel(f), c.Box[f], m.Scale(f))
+			var per []string
+			for _, g := range classifier.GuestFileSystems {
+				if b, ok := c.GuestFS[g][f]; ok {
+					per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(featureSel(f), b, m.Scale(f)), g))
+				}
+			}
+			if len(per) > 0 {
+				term = "(" + strings.Join(append(per, term), " or ") + ")"
+			}
+			if classifier.SizeFeature(f) {
+				term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
+			}
+			terms = append(terms, term)
+			continue
+		}
+		var per, own []string
 		for _, g := range classifier.GuestFileSystems {
 			if b, ok := c.GuestFS[g][f]; ok {
-				per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(f, b, m.Scale(f)), g))
+				per = append(per, boxTerm(fmt.Sprintf(`%s{feature="%s", guest_fs="%s"}`, guestFeatureName, f, g), b, m.Scale(f)))
+				own = append(own, g)
 			}
 		}
+		sel := fmt.Sprintf(`%s{feature="%s"}`, guestFeatureName, f)
+		if len(own) > 0 {
+			sel = fmt.Sprintf(`%s{feature="%s", guest_fs!~"%s"}`, guestFeatureName, f, strings.Join(own, "|"))
+		}
+		term := boxTerm(sel, c.Box[f], m.Scale(f))
 		if len(per) > 0 {
 			term = "(" + strings.Join(append(per, term), " or ") + ")"
 		}
-		if f == classifier.ReadSizeLog2 || f == classifier.WriteSizeLog2 {
-			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
+		if classifier.SizeFeature(f) {
+			// Every disk has the present feature, labelled as its size
+			// features would be.
+			term = fmt.Sprintf(`(%s or ignoring (feature) 0 * %s{feature="%s"} + %s)`, term, guestFeatureName, present, num(m.MissingOf(c, f)))
 		}
 		terms = append(terms, term)
 	}
+	drop := "feature"
+	if labelled {
+		drop = "feature, guest_fs"
+	}
 	if len(terms) == 1 {
 		// Sums drop the feature label; a lone term needs it dropped by hand.
-		terms[0] = fmt.Sprintf("sum without (feature) (%s)", terms[0])
+		return fmt.Sprintf("sqrt(\n  sum without (%s) (%s)\n)", drop, terms[0])
 	}
-	return fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+	out := fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+	if labelled {
+		out = fmt.Sprintf("sum without (guest_fs) (\n  %s\n)", strings.ReplaceAll(out, "\n", "\n  "))
+	}
+	return out
 }
 
-// boxTerm is the squared, scaled distance of a disk's feature f from the
-// range b on a feature of scale s.
-func boxTerm(f string, b [2]float64, s float64) string {
+// guestFeatureName holds the classifier's features labelled with the
+// disk's guest file system (guest_fs, where fspair_disk_info names one of
+// classifier.GuestFileSystems; none otherwise).
+const guestFeatureName = "domain_disk_guest_fs:fspair_workload_feature:value"
+
+// guestFeatures reports whether the distances read guestFeatureName: the
+// model has ranges per guest file system and a feature that every disk
+// with requests has (present), to stand in for a mean request size a disk
+// lacks.
+func guestFeatures(m *classifier.Model) (present string, ok bool) {
+	any := false
+	for _, c := range m.Classes {
+		for _, k := range c.Centres() {
+			any = any || len(k.GuestFS) > 0
+		}
+	}
+	if !any {
+		return "", false
+	}
+	for _, f := range []string{classifier.SyncWriteShare, classifier.FlushesPerWriteLog2} {
+		if m.Scale(f) > 0 {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+// boxTerm is the squared, scaled distance of a feature's series sel from
+// the range b on a feature of scale s.
+func boxTerm(sel string, b [2]float64, s float64) string {
 	if b[0] == b[1] {
 		// A range of one value (a class's centre): no inside to clamp.
-		return fmt.Sprintf("((%s - %s) / %s) ^ 2", featureSel(f), signed(b[0]), num(s))
+		return fmt.Sprintf("((%s - %s) / %s) ^ 2", sel, signed(b[0]), num(s))
 	}
-	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
+	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", sel, signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
 }
 
 func featureSel(f string) string { return fmt.Sprintf(`%s{feature="%s"}`, featureName, f) }
@@ -134,6 +200,17 @@ func workloadRules(p *Params) []Rule {
 		out = append(out, rec(w, featureName, inputs[f.Name],
 			fmt.Sprintf("Classifier feature %s of the disk (rules/classes.yaml has what it measures).", f.Name),
 			[2]string{"feature", f.Name}))
+	}
+	if _, ok := guestFeatures(m); ok {
+		out = append(out, rec(w, guestFeatureName, fmt.Sprintf(`
+  %[1]s
+* on (${disk}) group_left (guest_fs)
+  group by (${disk}, guest_fs) (fspair_disk_info{${job}, guest_fs=~"%[2]s"})
+or ignoring (guest_fs)
+  %[1]s`, featureName, strings.Join(classifier.GuestFileSystems, "|")),
+			"The classifier's features labelled with the disk's guest file system (fspair_disk_info's guest_fs, where it is one the "+
+				"model has ranges for; none otherwise): the distances select a guest's ranges by this label, one join of the "+
+				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
 		out = append(out, rec(w, distanceName, distanceExpr(m, c),
