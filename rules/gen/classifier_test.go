@@ -328,20 +328,10 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 // it): the class's own ranges, not a guest's, must apply.
 func unknownGuestDisk(t *testing.T, in, domain, as string) string {
 	t.Helper()
-	lines := strings.Split(in, "\n")
-	var out []string
-	for i := 0; i+1 < len(lines); i++ {
-		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
-			continue
-		}
-		series := strings.ReplaceAll(lines[i], domain, as)
-		series = regexp.MustCompile(`guest_fs="[^"]*"`).ReplaceAllString(series, `guest_fs=""`)
-		out = append(out, series, lines[i+1])
-	}
-	if len(out) == 0 {
-		t.Fatalf("no input series of %s", domain)
-	}
-	return strings.Join(out, "\n") + "\n"
+	guest := regexp.MustCompile(`guest_fs="[^"]*"`)
+	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
+		return guest.ReplaceAllString(series, `guest_fs=""`), values
+	})
 }
 
 // writeOnlyDisk returns the input series of domain from in (a rule test's
@@ -349,17 +339,27 @@ func unknownGuestDisk(t *testing.T, in, domain, as string) string {
 // flat at 0.
 func writeOnlyDisk(t *testing.T, in, domain, as string) string {
 	t.Helper()
+	flat := regexp.MustCompile(`values: '.*'`)
+	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
+		if strings.Contains(series, `op="read"`) {
+			values = flat.ReplaceAllString(values, "values: '0+0x45'")
+		}
+		return series, values
+	})
+}
+
+// copyDisk returns the input series of domain from in (a rule test's
+// input_series, two lines a series) renamed to as, each series and its
+// values line passed through edit.
+func copyDisk(t *testing.T, in, domain, as string, edit func(series, values string) (string, string)) string {
+	t.Helper()
 	lines := strings.Split(in, "\n")
 	var out []string
 	for i := 0; i+1 < len(lines); i++ {
 		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
 			continue
 		}
-		series := strings.ReplaceAll(lines[i], domain, as)
-		values := lines[i+1]
-		if strings.Contains(series, `op="read"`) {
-			values = regexp.MustCompile(`values: '.*'`).ReplaceAllString(values, "values: '0+0x45'")
-		}
+		series, values := edit(strings.ReplaceAll(lines[i], domain, as), lines[i+1])
 		out = append(out, series, values)
 	}
 	if len(out) == 0 {
