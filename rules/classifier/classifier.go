@@ -163,13 +163,24 @@ type Feature struct {
 // MissingTerm: a class whose own windows often lack it (rfa, whose reads
 // stay in the guest's cache after its layout) is not charged as far for
 // lacking it.
+//
+// Others are further centres (or boxes) of the same class, each with its
+// own name (what its windows were): one program of a class can reach the
+// host in more than one shape (a mail server whose few writers each wait
+// for their flush writes nearly every request durable; sixteen writers
+// batched by the guest's log, few), and a disk's distance from the class
+// is its distance from the nearest of them.
 type Class struct {
 	Name    string                           `yaml:"name"`
 	Box     map[string][2]float64            `yaml:"box"`
 	GuestFS map[string]map[string][2]float64 `yaml:"guest_fs,omitempty"`
 	Missing map[string]float64               `yaml:"missing,omitempty"`
+	Others  []Class                          `yaml:"others,omitempty"`
 	Source  string                           `yaml:"source"`
 }
+
+// Centres returns c's centres (or boxes): c itself, then its Others.
+func (c Class) Centres() []Class { return append([]Class{c}, c.Others...) }
 
 // BoxFor returns c's ranges on a disk whose guest file system is guestFS
 // ("" or one without boxes of its own: Box).
@@ -209,7 +220,28 @@ type Model struct {
 	// Softmax says what the softmax's exponent is of. Unset: the squared
 	// distances.
 	Softmax *Softmax `yaml:"softmax,omitempty"`
+	// Confidence, when set, gives a workload class's confidence from the
+	// distances themselves instead of the spread of the scores.
+	Confidence *Confidence `yaml:"confidence,omitempty"`
 }
+
+// Confidence is how sure the classifier is of a workload class, set
+// apart from the scores that choose it: the softmax's temperature decides
+// how scores split between close classes, and one number cannot also be
+// calibrated so that a confidence means how often the class is right.
+// The confidence is Margin's ramp on how much nearer the disk lies to its
+// nearest class than to the runner-up (in units) times Near's on how far
+// it lies from the nearest: a disk between two classes, or far from
+// every class, is not confidently anything.
+type Confidence struct {
+	Margin Ramp   `yaml:"margin"`
+	Near   Ramp   `yaml:"near"`
+	Source string `yaml:"source"`
+}
+
+// Of returns the confidence of a disk whose nearest class lies at d1 units
+// and the runner-up at d2.
+func (c Confidence) Of(d1, d2 float64) float64 { return c.Margin.Of(d2-d1) * c.Near.Of(d1) }
 
 // Softmax is the softmax's exponent: of the squared distances (exp(-d^2/T),
 // the default) or of the distances themselves (exp(-d/T)). With squared
@@ -294,6 +326,20 @@ func (m *Model) Validate() error {
 			return fmt.Errorf("temperature: %w", ErrNoSource)
 		}
 	}
+	if c := m.Confidence; c != nil {
+		if strings.TrimSpace(c.Source) == "" {
+			return fmt.Errorf("confidence: %w", ErrNoSource)
+		}
+		if err := c.Margin.Validate("confidence: margin"); err != nil {
+			return err
+		}
+		if err := c.Near.Validate("confidence: near"); err != nil {
+			return err
+		}
+		if c.Margin.Above == nil || c.Near.Below == nil {
+			return errors.New("confidence: margin must be an above ramp, near a below one")
+		}
+	}
 	if sm := m.Softmax; sm != nil {
 		switch {
 		case sm.Over != OverSquared && sm.Over != OverDistance:
@@ -337,40 +383,64 @@ func (m *Model) Validate() error {
 		if c.Name != Workloads[i] {
 			return fmt.Errorf("workloads[%d] is %q: want %v, in that order", i, c.Name, Workloads)
 		}
-		if len(c.Box) == 0 {
-			return fmt.Errorf("workload %s: empty box", c.Name)
+		names := map[string]bool{c.Name: true}
+		for _, o := range c.Others {
+			if o.Name == "" || names[o.Name] {
+				return fmt.Errorf("workload %s: others: centre name %q: want a name of its own", c.Name, o.Name)
+			}
+			names[o.Name] = true
+			if len(o.Others) > 0 {
+				return fmt.Errorf("workload %s: others: %s has others of its own", c.Name, o.Name)
+			}
+			if err := validateCentre(c.Name+" ("+o.Name+")", o, known); err != nil {
+				return err
+			}
 		}
-		if strings.TrimSpace(c.Source) == "" {
-			return fmt.Errorf("workload %s: %w", c.Name, ErrNoSource)
+		if err := validateCentre(c.Name, c, known); err != nil {
+			return err
 		}
-		for f, b := range c.Box {
-			if !known[f] {
-				return fmt.Errorf("workload %s: box on feature %q, which features does not list", c.Name, f)
+	}
+	return nil
+}
+
+// validateCentre checks one centre or box of a class (what names it in
+// errors): a source, a box on known features with lo <= hi, guest file
+// system ranges on its box's features, missing charges on its mean
+// request sizes.
+func validateCentre(what string, c Class, known map[string]bool) error {
+	if len(c.Box) == 0 {
+		return fmt.Errorf("workload %s: empty box", what)
+	}
+	if strings.TrimSpace(c.Source) == "" {
+		return fmt.Errorf("workload %s: %w", what, ErrNoSource)
+	}
+	for f, b := range c.Box {
+		if !known[f] {
+			return fmt.Errorf("workload %s: box on feature %q, which features does not list", what, f)
+		}
+		if !(b[0] <= b[1]) {
+			return fmt.Errorf("workload %s: box %s %v: want lo <= hi", what, f, b)
+		}
+	}
+	for g, over := range c.GuestFS {
+		if !contains(GuestFileSystems, g) {
+			return fmt.Errorf("workload %s: guest_fs %q: want one of %s", what, g, strings.Join(GuestFileSystems, ", "))
+		}
+		for f, b := range over {
+			if _, ok := c.Box[f]; !ok {
+				return fmt.Errorf("workload %s: guest_fs %s: range on feature %q, which its box has none on", what, g, f)
 			}
 			if !(b[0] <= b[1]) {
-				return fmt.Errorf("workload %s: box %s %v: want lo <= hi", c.Name, f, b)
+				return fmt.Errorf("workload %s: guest_fs %s: %s %v: want lo <= hi", what, g, f, b)
 			}
 		}
-		for g, over := range c.GuestFS {
-			if !contains(GuestFileSystems, g) {
-				return fmt.Errorf("workload %s: guest_fs %q: want one of %s", c.Name, g, strings.Join(GuestFileSystems, ", "))
-			}
-			for f, b := range over {
-				if _, ok := c.Box[f]; !ok {
-					return fmt.Errorf("workload %s: guest_fs %s: range on feature %q, which its box has none on", c.Name, g, f)
-				}
-				if !(b[0] <= b[1]) {
-					return fmt.Errorf("workload %s: guest_fs %s: %s %v: want lo <= hi", c.Name, g, f, b)
-				}
-			}
+	}
+	for f, v := range c.Missing {
+		if _, ok := c.Box[f]; !ok || !sizeFeatures[f] {
+			return fmt.Errorf("workload %s: missing on feature %q: want a mean request size its box has a range on", what, f)
 		}
-		for f, v := range c.Missing {
-			if _, ok := c.Box[f]; !ok || !sizeFeatures[f] {
-				return fmt.Errorf("workload %s: missing on feature %q: want a mean request size its box has a range on", c.Name, f)
-			}
-			if !(v >= 0) {
-				return fmt.Errorf("workload %s: missing %s %v: must be 0 or more", c.Name, f, v)
-			}
+		if !(v >= 0) {
+			return fmt.Errorf("workload %s: missing %s %v: must be 0 or more", what, f, v)
 		}
 	}
 	return nil
@@ -427,6 +497,15 @@ func Term(v float64, b [2]float64, s float64) float64 {
 // lacks a feature other than a mean request size (a disk without reads or
 // writes), as the rules have no distance series then.
 func (m *Model) Distance(c Class, x map[string]float64, guestFS string) float64 {
+	d := m.centreDistance(c, x, guestFS)
+	for _, o := range c.Others {
+		d = math.Min(d, m.centreDistance(o, x, guestFS))
+	}
+	return d
+}
+
+// centreDistance is Distance from one of a class's centres.
+func (m *Model) centreDistance(c Class, x map[string]float64, guestFS string) float64 {
 	box := c.BoxFor(guestFS)
 	sum := 0.0
 	for _, f := range m.BoxFeatures(c) {
@@ -509,6 +588,21 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	}
 	sort.Sort(sort.Reverse(sort.Float64Slice(vals)))
 	r.Confidence = vals[0] - vals[1]
+	if c := m.Confidence; c != nil && r.Class != Idle && r.Class != Mixed {
+		// The rules have no distance series where a distance is
+		// undefined: the nearest two of those defined.
+		d := make([]float64, 0, len(m.Classes))
+		for _, k := range m.Classes {
+			if v := dist[k.Name]; !math.IsNaN(v) {
+				d = append(d, v)
+			}
+		}
+		sort.Float64s(d)
+		r.Confidence = 0
+		if len(d) >= 2 {
+			r.Confidence = c.Of(d[0], d[1]) * (1 - idle)
+		}
+	}
 	if r.Class == Mixed {
 		r.Confidence = 0 // mixed names no class: nothing to be confident of
 	}

@@ -294,7 +294,7 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	// One disk more: backup1's writes without its reads, as rfa whose
 	// reads stay in the guest's cache, so that each class's own charge
 	// for a missing mean read size (missing:) is checked too.
-	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + "    promql_expr_test:\n"
+	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + unknownGuestDisk(t, text[:cut], "mail1", "nofs1") + "    promql_expr_test:\n"
 	for _, expr := range append(sortedKeys(modelTests), "round(domain_disk:fspair_workload_class:confidence, 0.001)") {
 		// A placeholder sample: rewriteExpected replaces each case's
 		// samples up to the next case's line.
@@ -308,6 +308,9 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	if _, ok := disks["wonly1"]; !ok {
 		t.Fatal("the write-only disk is not among the test's disks")
 	}
+	if _, ok := disks["nofs1"]; !ok || guestFS["nofs1"] != "" {
+		t.Fatalf("the disk of no known guest file system: among the disks %v, guest_fs %q", ok, guestFS["nofs1"])
+	}
 	rewriteExpected(t, test, &th.Model, disks, guestFS)
 	b, err = os.ReadFile(test)
 	if err != nil {
@@ -320,10 +323,35 @@ func TestCandidateRulesMatchClassifier(t *testing.T) {
 	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
 }
 
+// unknownGuestDisk returns the input series of domain from in as those of
+// as, its fspair_disk_info's guest_fs empty (the exporter could not tell
+// it): the class's own ranges, not a guest's, must apply.
+func unknownGuestDisk(t *testing.T, in, domain, as string) string {
+	t.Helper()
+	guest := regexp.MustCompile(`guest_fs="[^"]*"`)
+	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
+		return guest.ReplaceAllString(series, `guest_fs=""`), values
+	})
+}
+
 // writeOnlyDisk returns the input series of domain from in (a rule test's
 // input_series, two lines a series) as those of domain as, its read series
 // flat at 0.
 func writeOnlyDisk(t *testing.T, in, domain, as string) string {
+	t.Helper()
+	flat := regexp.MustCompile(`values: '.*'`)
+	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
+		if strings.Contains(series, `op="read"`) {
+			values = flat.ReplaceAllString(values, "values: '0+0x45'")
+		}
+		return series, values
+	})
+}
+
+// copyDisk returns the input series of domain from in (a rule test's
+// input_series, two lines a series) renamed to as, each series and its
+// values line passed through edit.
+func copyDisk(t *testing.T, in, domain, as string, edit func(series, values string) (string, string)) string {
 	t.Helper()
 	lines := strings.Split(in, "\n")
 	var out []string
@@ -331,11 +359,7 @@ func writeOnlyDisk(t *testing.T, in, domain, as string) string {
 		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
 			continue
 		}
-		series := strings.ReplaceAll(lines[i], domain, as)
-		values := lines[i+1]
-		if strings.Contains(series, `op="read"`) {
-			values = regexp.MustCompile(`values: '.*'`).ReplaceAllString(values, "values: '0+0x45'")
-		}
+		series, values := edit(strings.ReplaceAll(lines[i], domain, as), lines[i+1])
 		out = append(out, series, values)
 	}
 	if len(out) == 0 {

@@ -614,8 +614,12 @@ func TestCandidateValidation(t *testing.T) {
 		{"temperature of 0", `(?m)^temperature:\n  value: [-0-9.e]+\n`, "temperature:\n  value: 0\n"},
 		{"softmax over an unknown", `(?m)^softmax:\n  over: [a-z_]+\n`, "softmax:\n  over: cube\n"},
 		{"softmax without source", `(?m)^(softmax:\n  over: [a-z_]+\n  )source:`, "${1}sourcex:"},
-		{"missing on a feature other than a request size", `(?m)^    missing:\n      read_size_log2:`, "    missing:\n      sync_write_share:"},
-		{"negative missing", `(?m)^(    missing:\n      read_size_log2: )[0-9.]+`, "${1}-1"},
+		{"missing on a feature other than a request size", `(?m)^(    box:\n(?:      .*\n)+)`, "${1}    missing:\n      sync_write_share: 1\n"},
+		{"negative missing", `(?m)^(    box:\n(?:      .*\n)+)`, "${1}    missing:\n      write_size_log2: -1\n"},
+		{"a centre among others without a name", `(?m)^(    others:\n      - )name: [a-z]+\n`, "${1}box:\n"},
+		{"a centre among others without a source", `(?m)^(    others:\n      - name: [a-z]+\n(?:        .*\n)*)        source: >-\n          .*\n`, "${1}"},
+		{"confidence without source", `(?m)^(confidence:\n(?:  .*\n)*  )source:`, "${1}sourcex:"},
+		{"confidence margin below, not above", `(?m)^(confidence:\n  margin:\n    )above:`, "${1}below:"},
 	} {
 		re := regexp.MustCompile(c.re)
 		loc := re.FindStringIndex(string(base))

@@ -57,39 +57,121 @@ func scoreSel(class string) string { return fmt.Sprintf(`%s{class="%s"}`, scoreN
 // the box's middle less its half width (0 inside the box). Where c has a
 // range of its own for the disk's guest file system (fspair_disk_info's
 // guest_fs), that range replaces the box's.
+//
+// A class with further centres (Others) is as far as its nearest centre:
+// each centre's distance labelled with its index, the minimum over them.
 func distanceExpr(m *classifier.Model, c classifier.Class) string {
+	if len(c.Others) == 0 {
+		return centreExpr(m, c)
+	}
+	var each []string
+	for i, k := range c.Centres() {
+		each = append(each, fmt.Sprintf(`label_replace(%s, "centre", "%d", "", "")`, strings.ReplaceAll(centreExpr(m, k), "\n", "\n  "), i))
+	}
+	return fmt.Sprintf("min without (centre) (\n    %s\n)", strings.Join(each, "\n  or\n    "))
+}
+
+// centreExpr is the distance of a disk from one centre (or box) of a
+// class, in units.
+//
+// Where the model has ranges per guest file system (guestFeatures), each
+// feature is read from the features labelled with the disk's guest file
+// system: a range of the disk's guest selects its series by label, the
+// class's own range the rest, where a join with fspair_disk_info per
+// range would cost one join of every disk each.
+func centreExpr(m *classifier.Model, c classifier.Class) string {
+	present, labelled := guestFeatures(m)
 	var terms []string
 	for _, f := range m.BoxFeatures(c) {
-		term := boxTerm(f, c.Box[f], m.Scale(f))
-		var per []string
+		if !labelled {
+			term := boxTerm(featureSel(f), c.Box[f], m.Scale(f))
+			var per []string
+			for _, g := range classifier.GuestFileSystems {
+				if b, ok := c.GuestFS[g][f]; ok {
+					per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(featureSel(f), b, m.Scale(f)), g))
+				}
+			}
+			if len(per) > 0 {
+				term = "(" + strings.Join(append(per, term), " or ") + ")"
+			}
+			if classifier.SizeFeature(f) {
+				term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
+			}
+			terms = append(terms, term)
+			continue
+		}
+		var per, own []string
 		for _, g := range classifier.GuestFileSystems {
 			if b, ok := c.GuestFS[g][f]; ok {
-				per = append(per, fmt.Sprintf("(%s and on (${disk}) fspair_disk_info{${job}, guest_fs=\"%s\"})", boxTerm(f, b, m.Scale(f)), g))
+				per = append(per, boxTerm(fmt.Sprintf(`%s{feature="%s", guest_fs="%s"}`, guestFeatureName, f, g), b, m.Scale(f)))
+				own = append(own, g)
 			}
 		}
+		sel := fmt.Sprintf(`%s{feature="%s"}`, guestFeatureName, f)
+		if len(own) > 0 {
+			sel = fmt.Sprintf(`%s{feature="%s", guest_fs!~"%s"}`, guestFeatureName, f, strings.Join(own, "|"))
+		}
+		term := boxTerm(sel, c.Box[f], m.Scale(f))
 		if len(per) > 0 {
 			term = "(" + strings.Join(append(per, term), " or ") + ")"
 		}
-		if f == classifier.ReadSizeLog2 || f == classifier.WriteSizeLog2 {
-			term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
+		if classifier.SizeFeature(f) {
+			// Every disk has the present feature, labelled as its size
+			// features would be.
+			term = fmt.Sprintf(`(%s or ignoring (feature) 0 * %s{feature="%s"} + %s)`, term, guestFeatureName, present, num(m.MissingOf(c, f)))
 		}
 		terms = append(terms, term)
 	}
+	drop := "feature"
+	if labelled {
+		drop = "feature, guest_fs"
+	}
 	if len(terms) == 1 {
 		// Sums drop the feature label; a lone term needs it dropped by hand.
-		terms[0] = fmt.Sprintf("sum without (feature) (%s)", terms[0])
+		return fmt.Sprintf("sqrt(\n  sum without (%s) (%s)\n)", drop, terms[0])
 	}
-	return fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+	out := fmt.Sprintf("sqrt(\n    %s\n)", strings.Join(terms, "\n  + ignoring (feature) "))
+	if labelled {
+		out = fmt.Sprintf("sum without (guest_fs) (\n  %s\n)", strings.ReplaceAll(out, "\n", "\n  "))
+	}
+	return out
 }
 
-// boxTerm is the squared, scaled distance of a disk's feature f from the
-// range b on a feature of scale s.
-func boxTerm(f string, b [2]float64, s float64) string {
+// guestFeatureName holds the classifier's features labelled with the
+// disk's guest file system (guest_fs, where fspair_disk_info names one of
+// classifier.GuestFileSystems; none otherwise).
+const guestFeatureName = "domain_disk_guest_fs:fspair_workload_feature:value"
+
+// guestFeatures reports whether the distances read guestFeatureName: the
+// model has ranges per guest file system and a feature that every disk
+// with requests has (present), to stand in for a mean request size a disk
+// lacks.
+func guestFeatures(m *classifier.Model) (present string, ok bool) {
+	any := false
+	for _, c := range m.Classes {
+		for _, k := range c.Centres() {
+			any = any || len(k.GuestFS) > 0
+		}
+	}
+	if !any {
+		return "", false
+	}
+	for _, f := range []string{classifier.SyncWriteShare, classifier.FlushesPerWriteLog2} {
+		if m.Scale(f) > 0 {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+// boxTerm is the squared, scaled distance of a feature's series sel from
+// the range b on a feature of scale s.
+func boxTerm(sel string, b [2]float64, s float64) string {
 	if b[0] == b[1] {
 		// A range of one value (a class's centre): no inside to clamp.
-		return fmt.Sprintf("((%s - %s) / %s) ^ 2", featureSel(f), signed(b[0]), num(s))
+		return fmt.Sprintf("((%s - %s) / %s) ^ 2", sel, signed(b[0]), num(s))
 	}
-	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", featureSel(f), signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
+	return fmt.Sprintf("(clamp_min(abs(%s - %s) - %s, 0) / %s) ^ 2", sel, signed((b[0]+b[1])/2), num((b[1]-b[0])/2), num(s))
 }
 
 func featureSel(f string) string { return fmt.Sprintf(`%s{feature="%s"}`, featureName, f) }
@@ -118,6 +200,17 @@ func workloadRules(p *Params) []Rule {
 		out = append(out, rec(w, featureName, inputs[f.Name],
 			fmt.Sprintf("Classifier feature %s of the disk (rules/classes.yaml has what it measures).", f.Name),
 			[2]string{"feature", f.Name}))
+	}
+	if _, ok := guestFeatures(m); ok {
+		out = append(out, rec(w, guestFeatureName, fmt.Sprintf(`
+  %[1]s
+* on (${disk}) group_left (guest_fs)
+  group by (${disk}, guest_fs) (fspair_disk_info{${job}, guest_fs=~"%[2]s"})
+or ignoring (guest_fs)
+  %[1]s`, featureName, strings.Join(classifier.GuestFileSystems, "|")),
+			"The classifier's features labelled with the disk's guest file system (fspair_disk_info's guest_fs, where it is one the "+
+				"model has ranges for; none otherwise): the distances select a guest's ranges by this label, one join of the "+
+				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
 		out = append(out, rec(w, distanceName, distanceExpr(m, c),
@@ -197,17 +290,7 @@ topk by (${disk}) (1,
 		// (mixed is then first and that score second, or both are equal).
 		// One aggregation and one join of every disk's scores fewer than
 		// the spread times a separate mixed test, the same values.
-		rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf(`
-(
-    max by (${disk}) (%[1]s{class!="%[2]s"})
-  - min by (${disk}) (topk by (${disk}) (2, %[1]s))
-)
-* on (${disk})
-  %[3]s`, scoreName, classMixed, settledName),
-			"Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); "+
-				"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class "+
-				"has been held (1 once settled), so that a class still settling says so. "+
-				"rules/README.md has how often the class was right per band of it on held-out runs."),
+		confidenceRule(w, m),
 		// The class is filtered before the join with fspair_disk_info,
 		// which then matches only the disks that pass (the same series).
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
@@ -234,6 +317,51 @@ topk by (${disk}) (1,
 				num(t.Settle.MinConfidence.V()))),
 	)
 	return out
+}
+
+// confidenceRule records the confidence of each disk's class: the spread
+// of its two highest scores, or, where the model has a confidence of its
+// own (classifier.Confidence) and a workload class scores highest, that
+// confidence's ramps on the distances; times the settled share.
+func confidenceRule(w window, m *classifier.Model) Rule {
+	spread := fmt.Sprintf(`(
+    max by (${disk}) (%[1]s{class!="%[2]s"})
+  - min by (${disk}) (topk by (${disk}) (2, %[1]s))
+)`, scoreName, classMixed)
+	help := "Confidence of the classification: the best score minus the runner-up (the two highest scores' spread); " +
+		"0 when mixed scores highest, as mixed names no class; times the share of the settle time the class " +
+		"has been held (1 once settled), so that a class still settling says so. " +
+		"rules/README.md has how often the class was right per band of it on held-out runs."
+	if c := m.Confidence; c != nil {
+		mb, nb := c.Margin.Bounds(), c.Near.Bounds()
+		nearest := fmt.Sprintf("min by (${disk}) (%s)", distanceName)
+		spread = fmt.Sprintf(`(
+    (
+        clamp((max by (${disk}) (bottomk by (${disk}) (2, %[1]s)) - %[2]s - %[3]s) / %[4]s, 0, 1)
+      * on (${disk})
+        clamp((%[5]s - %[2]s) / %[6]s, 0, 1)
+      * on (${disk})
+        (1 - %[7]s)
+    )
+    and on (${disk})
+    (
+        max by (${disk}) (%[8]s{class=~"%[9]s"})
+      >= on (${disk})
+        max by (${disk}) (%[8]s{class=~"%[10]s|%[11]s"})
+    )
+  or
+    %[12]s
+)`, distanceName, nearest, signed(mb[0]), num(mb[1]-mb[0]), num(nb[1]), num(nb[1]-nb[0]), scoreSel(classIdle),
+			scoreName, classList(), classIdle, classMixed, strings.ReplaceAll(spread, "\n", "\n    "))
+		help = fmt.Sprintf("Confidence of the classification. Where a workload class scores highest: how much nearer the disk "+
+			"lies to its nearest class than to the runner-up (a ramp from %[1]s to %[2]s units of margin) times how near it lies "+
+			"to the nearest (a ramp down from %[3]s to %[4]s units), times (1 - the idle score): calibrated on held-out runs "+
+			"(rules/classes.yaml confidence), apart from the softmax that chooses the class. Where idle scores highest: "+
+			"the two highest scores' spread; 0 where mixed does, as mixed names no class. Times the share of the settle "+
+			"time the class has been held (1 once settled), so that a class still settling says so. rules/README.md has "+
+			"how often the class was right per band of it on held-out runs.", num(mb[0]), num(mb[1]), num(nb[0]), num(nb[1]))
+	}
+	return rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf("\n%s\n* on (${disk})\n  %s", spread, settledName), help)
 }
 
 const (

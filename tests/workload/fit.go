@@ -24,7 +24,12 @@ type Observation struct {
 	// seconds: the training windows, and the ones the accuracy targets
 	// count.
 	Settled bool
-	Source  string // "filebench" or "fio"
+	// Layout marks a window that holds some of the program's setup
+	// (Filebench laying out its file set): the disk then does what the
+	// setup does, not the workload, so no centre is fitted on it, though
+	// the held-out tables still judge it.
+	Layout bool
+	Source string // "filebench" or "fio"
 }
 
 // Expected is the class the observation should get: the workload's, or
@@ -78,6 +83,26 @@ type FitOptions struct {
 	// Gaussian's squared distance (a share of 1 costs 0, of 0.37 one
 	// squared unit, of 0.05 six), instead of the end of the far ramp.
 	Missing bool
+	// FioCentres lets Fit give a class's fio model windows a centre of
+	// their own (Class.Others, named "fio") instead of training its main
+	// centre with the programs' windows or being left out: the fio models
+	// caricature a personality (mail.fio writes 90-100% durable, varmail
+	// through a guest's log 6-35%), and a median over both lands where
+	// neither is.
+	FioCentres bool
+	// ownFio are the classes whose fio windows Fit gives a centre of
+	// their own.
+	ownFio map[Workload]bool
+	// Window is the rules' short window in seconds with which
+	// LeaveOnePairOut applies the settle rules to the held-out windows'
+	// confidence (EvaluateSettling); 0: none.
+	Window float64
+	// Calibrate fits the confidence apart from the softmax (the model's
+	// Confidence): the softmax, its temperature and the mixed ramp that
+	// class the most held-out windows right, with the confidence ramps
+	// that give the most of those right windows 0.5 or more while it
+	// means what it says (ConfidentRight, WrongLow).
+	Calibrate bool
 	// ConfidentRight and WrongLow are what the temperature must give the
 	// windows held out inside the training set: the share of those at
 	// confidence 0.9 or more that are right, and of the wrong ones that
@@ -97,7 +122,7 @@ type FitOptions struct {
 // after the first 3 minutes, centres 109, centres with Missing 114 (the
 // boxes with Missing: 103).
 var DefaultFit = FitOptions{Quantile: 0.5, Margin: 0, MinGuestRuns: 2, GuestShare: 0.5, GuestShift: 0.25, ScaleFloor: 0.05,
-	FarQuantile: 0.9, FarFloor: 2.5, Missing: true, ConfidentRight: 0.95, WrongLow: 0.9}
+	FarQuantile: 0.99, FarFloor: 2.5, Missing: true, FioCentres: true, Calibrate: true, ConfidentRight: 0.95, WrongLow: 0.9}
 
 // Fit returns base with its features' scales and its workload boxes set
 // from the settled training windows of obs: per class and feature, the
@@ -118,6 +143,9 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 	// held-out windows right (below): the classes in Workloads' order,
 	// each left out of the fio training in turn and kept out when that
 	// helps.
+	if opt.FioCentres {
+		return fitFioCentres(base, obs, opt)
+	}
 	noFio := map[Workload]bool{}
 	best, err := fitHeld(base, withoutFio(obs, noFio), opt)
 	if err != nil {
@@ -145,6 +173,76 @@ func Fit(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier
 		}
 	}
 	return m, nil
+}
+
+// FioApart is how far (units, the median over its windows) a class's fio
+// model windows must lie from the centre of its programs' windows to get
+// a centre of their own (FioCentres).
+const FioApart = 3.0
+
+// fitFioCentres is Fit with FioCentres: the centres are first fitted on
+// the programs' windows alone; a class whose fio windows lie FioApart or
+// more from its programs' centre (the model is another shape of the
+// class, as mail.fio's every write durable against varmail's batched
+// log) gives them a centre of their own, the others' fio windows train
+// their class's centre with the programs'.
+func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*classifier.Model, error) {
+	all := map[Workload]bool{}
+	for _, c := range Workloads {
+		all[c] = true
+	}
+	progs, err := fitBoxes(base, withoutFio(obs, all), opt)
+	if err != nil {
+		return nil, err
+	}
+	// A class without programs' windows has no centre to keep its fio
+	// windows apart from: they train its centre.
+	programs := map[Workload]bool{}
+	for _, o := range obs {
+		if o.Source != "fio" && o.Settled && !o.Layout && o.Expected(base) != classifier.Idle {
+			programs[o.Truth] = true
+		}
+	}
+	apart := map[Workload][]float64{}
+	for _, o := range obs {
+		if o.Source != "fio" || !o.Settled || !programs[o.Truth] || o.Expected(base) == classifier.Idle {
+			continue
+		}
+		c, ok := progs.Class(string(o.Truth))
+		if !ok {
+			continue
+		}
+		if d := progs.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(d) {
+			apart[o.Truth] = append(apart[o.Truth], d)
+		}
+	}
+	opt.ownFio = map[Workload]bool{}
+	var why []string
+	for _, c := range Workloads {
+		d := apart[c]
+		if len(d) == 0 {
+			continue
+		}
+		sort.Float64s(d)
+		med := quantile(d, 0.5)
+		opt.ownFio[c] = med >= FioApart
+		why = append(why, fmt.Sprintf("%s %.1f", c, med))
+	}
+	r, err := fitHeld(base, obs, opt)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range r.m.Classes {
+		if len(apart[Workload(c.Name)]) == 0 {
+			continue
+		}
+		how := "its fio model's windows train this centre with its programs'"
+		if len(c.Others) > 0 {
+			how = "its fio model's windows have a centre of their own (others)"
+		}
+		r.m.Classes[i].Source += fmt.Sprintf("; %s: the fio windows' median distance from the programs' centres (units): %s, %.0f or more for a centre of their own", how, strings.Join(why, ", "), FioApart)
+	}
+	return r.m, nil
 }
 
 // heldFit is a model fitted with its far ramp, softmax, temperature and
@@ -191,12 +289,6 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 	// the training windows), so that a pair the model has not seen is
 	// not called far for being new.
 	var d []float64
-	type heldOut struct {
-		dist   map[string]float64
-		iops   float64
-		expect string
-		judged bool // a window the right count is over
-	}
 	var held []heldOut
 	anyFilebench := false
 	for _, o := range obs {
@@ -216,18 +308,22 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 			return heldFit{}, fmt.Errorf("far, %s left out: %w", p, err)
 		}
 		for _, o := range test {
-			c, ok := inner.Class(o.Expected(base))
-			if !o.Settled || !ok {
-				continue
-			}
-			if v := inner.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(v) {
-				d = append(d, v)
-			}
+			// Every window is held out for the confidence, the first
+			// minutes and the layout included: the confidence must mean
+			// what it says on them too. The far ramp is set by, and the
+			// right count taken over, the settled windows of the
+			// workload itself.
 			dist := map[string]float64{}
 			for _, k := range inner.Classes {
 				dist[k.Name] = inner.Distance(k, o.Inputs, o.GuestFS)
 			}
-			held = append(held, heldOut{dist, o.IOPS, o.Expected(base), !anyFilebench || o.Source == "filebench"})
+			steady := o.Settled && !o.Layout
+			held = append(held, heldOut{dist, o.IOPS, o.Expected(base), steady && (!anyFilebench || o.Source == "filebench")})
+			if c, ok := inner.Class(o.Expected(base)); ok && steady {
+				if v := inner.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(v) {
+					d = append(d, v)
+				}
+			}
 		}
 	}
 	if len(d) < 10 {
@@ -256,6 +352,9 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 		if h.judged {
 			judged++
 		}
+	}
+	if opt.Calibrate {
+		return calibrate(m, base, held, judged, opt), nil
 	}
 	for _, over := range Softmaxes {
 		for _, mixed := range append([][]float64{base.Mixed.Bounds()}, MixedRamps...) {
@@ -299,6 +398,131 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 	m.Temperature.Source = "fitted with the softmax (see there)"
 	m.Mixed.Source = "fitted with the softmax (see there)"
 	return heldFit{m, max(best, 0)}, nil
+}
+
+// heldOut is a window held out inside the training set: its distances
+// from the classes fitted without its pair, its IOPS, the class it should
+// get, and whether the right count is over it.
+type heldOut struct {
+	dist   map[string]float64
+	iops   float64
+	expect string
+	judged bool
+}
+
+// Margins and Nears are the confidence ramps calibrate chooses from: their
+// starts and widths, in units.
+var (
+	MarginStarts = []float64{0, 0.5, 1, 1.5, 2, 3, 4}
+	MarginWidths = []float64{0.5, 1, 2, 3, 4}
+	NearStarts   = []float64{1, 2, 3, 4, 5, 6, 8}
+	NearWidths   = []float64{1, 2, 4, 8}
+)
+
+// calibrate chooses m's softmax, temperature and mixed ramp and its
+// confidence ramps on the held-out windows (Calibrate), lexicographically:
+// the most judged windows right, then the most of those at confidence
+// 0.5 or more, among the confidences that mean what they say on every
+// held-out window.
+func calibrate(m, base *classifier.Model, held []heldOut, judged int, opt FitOptions) heldFit {
+	// The class first: the softmax, temperature and mixed ramp that class
+	// the most judged windows right (ties: the first).
+	type row struct {
+		ok, judged, workload bool
+		d1, d2, damp, plain  float64 // plain: the spread of the scores, for idle
+	}
+	var chosen choice
+	var rows []row
+	right := -1
+	for _, over := range Softmaxes {
+		for _, mixed := range append([][]float64{base.Mixed.Bounds()}, MixedRamps...) {
+			for _, t := range Temperatures[over] {
+				c := choice{over, t, mixed}
+				c.apply(m)
+				m.Confidence = nil
+				rs := make([]row, len(held))
+				n := 0
+				for i, h := range held {
+					r := m.Score(h.dist, h.iops)
+					// The nearest two defined distances, as Score takes
+					// them (none: NaN, confidence 0).
+					d := []float64{math.NaN(), math.NaN()}
+					for _, v := range h.dist {
+						if !math.IsNaN(v) {
+							d = append(d, v)
+						}
+					}
+					sort.Float64s(d)
+					if len(d) >= 4 {
+						d = d[2:]
+					}
+					rs[i] = row{ok: r.Class == h.expect, judged: h.judged, workload: r.Class != classifier.Idle && r.Class != classifier.Mixed,
+						d1: d[0], d2: d[1], damp: 1 - m.Idle.Of(h.iops), plain: r.Confidence}
+					if rs[i].ok && h.judged {
+						n++
+					}
+				}
+				if n > right {
+					chosen, rows, right = c, rs, n
+				}
+			}
+		}
+	}
+	chosen.apply(m)
+	m.Softmax.Source = fmt.Sprintf("fitted with the temperature and the mixed ramp, of softmaxes over %v, temperatures %v and mixed ramps %v (base's first): the combination that classes the most of the %d Filebench windows held out as for far right (%d)",
+		Softmaxes, Temperatures, append([][]float64{base.Mixed.Bounds()}, MixedRamps...), judged, right)
+	m.Temperature.Source = "fitted with the softmax (see there)"
+	m.Mixed.Source = "fitted with the softmax (see there)"
+	// Then the confidence of that choice: the ramps that give the most
+	// right judged windows 0.5 or more while it means what it says on
+	// every held-out window; none that does: never confident.
+	cf := classifier.Confidence{Margin: classifier.Ramp{Above: []float64{1e3, 1e3 + 1}}, Near: classifier.Ramp{Below: []float64{0, 1}}}
+	desc, paired := "none of them met both: no workload class is ever confident", -1
+	for _, ms := range MarginStarts {
+		for _, mw := range MarginWidths {
+			for _, ns := range NearStarts {
+				for _, nw := range NearWidths {
+					try := classifier.Confidence{Margin: classifier.Ramp{Above: []float64{ms, ms + mw}}, Near: classifier.Ramp{Below: []float64{ns, ns + nw}}}
+					conf, confRight, wrong, wrongLow, p := 0, 0, 0, 0, 0
+					for _, w := range rows {
+						v := w.plain
+						if w.workload {
+							v = try.Of(w.d1, w.d2) * w.damp
+							if math.IsNaN(v) {
+								v = 0
+							}
+						}
+						if v >= 0.9 {
+							conf++
+							if w.ok {
+								confRight++
+							}
+						}
+						if !w.ok {
+							wrong++
+							if v < 0.5 {
+								wrongLow++
+							}
+						} else if w.judged && v >= 0.5 {
+							p++
+						}
+					}
+					if (conf > 0 && float64(confRight) < opt.ConfidentRight*float64(conf)) ||
+						(wrong > 0 && float64(wrongLow) < opt.WrongLow*float64(wrong)) || p <= paired {
+						continue
+					}
+					cf, paired = try, p
+					desc = fmt.Sprintf("%d of the %d right Filebench windows at confidence 0.5 or more; of all %d, %d at confidence >= 0.9 right of %d, %d of %d wrong ones below 0.5",
+						p, right, len(held), confRight, conf, wrongLow, wrong)
+				}
+			}
+		}
+	}
+	cf.Source = fmt.Sprintf("fitted: of margin ramps starting at %v units wide %v and near ramps starting at %v wide %v, with the softmax above, the pair that gives the most right held-out Filebench windows 0.5 or more while the confidence of all %d held out (the first minutes and layouts included) means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
+		MarginStarts, MarginWidths, NearStarts, NearWidths, len(held), opt.ConfidentRight, opt.WrongLow, desc)
+	cf.Margin.Source, cf.Near.Source = "fitted (see confidence)", "fitted (see confidence)"
+	m.Confidence = &cf
+	return heldFit{m, right}
 }
 
 // choice is a softmax, its temperature and a mixed ramp (its below
@@ -369,8 +593,11 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 	windows := map[string]int{}
 	for _, o := range obs {
 		c := o.Expected(base)
-		if !o.Settled || c == classifier.Idle {
+		if !o.Settled || o.Layout || c == classifier.Idle {
 			continue
+		}
+		if opt.ownFio[o.Truth] && o.Source == "fio" {
+			c += fioCentre
 		}
 		windows[c]++
 		for _, f := range base.Features {
@@ -405,6 +632,11 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 			if k.feature != f.Name || (isGuest[f.Name] && k.guest == "") || (!isGuest[f.Name] && k.guest != "") {
 				continue
 			}
+			if strings.HasSuffix(k.class, fioCentre) {
+				// A fio model's windows lie closer together than any
+				// program's: a unit is set by the programs' spread.
+				continue
+			}
 			mean := 0.0
 			for _, v := range vs {
 				mean += v
@@ -432,27 +664,29 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 		lo, hi := quantile(s, opt.Quantile), quantile(s, 1-opt.Quantile)
 		return [2]float64{round2(lo - opt.Margin*scale), round2(hi + opt.Margin*scale)}
 	}
-	for i, c := range m.Classes {
-		nc := classifier.Class{Name: c.Name, Box: map[string][2]float64{}, Source: c.Source}
+	// centre fits the centre (or box) of the windows filed under name,
+	// named own; false without windows.
+	centre := func(name, own string) (classifier.Class, bool) {
+		nc := classifier.Class{Name: own, Box: map[string][2]float64{}}
 		trained := false
 		for _, f := range m.Features {
-			vs := values[key{c.Name, "", f.Name}]
+			vs := values[key{name, "", f.Name}]
 			if len(vs) == 0 {
 				continue
 			}
 			trained = true
 			nc.Box[f.Name] = box(vs, f.Scale)
-			if n := lacking[c.Name][f.Name]; opt.Missing && n > 0 && classifier.SizeFeature(f.Name) {
+			if n := lacking[name][f.Name]; opt.Missing && n > 0 && classifier.SizeFeature(f.Name) {
 				if nc.Missing == nil {
 					nc.Missing = map[string]float64{}
 				}
-				nc.Missing[f.Name] = round2(-2 * math.Log(float64(n)/float64(windows[c.Name])))
+				nc.Missing[f.Name] = round2(-2 * math.Log(float64(n)/float64(windows[name])))
 			}
 			if !isGuest[f.Name] {
 				continue
 			}
 			for _, g := range classifier.GuestFileSystems {
-				k := key{c.Name, g, f.Name}
+				k := key{name, g, f.Name}
 				if len(runs[k]) < opt.MinGuestRuns {
 					continue
 				}
@@ -472,10 +706,20 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 				nc.GuestFS[g][f.Name] = gb
 			}
 		}
-		if !trained {
+		return nc, trained
+	}
+	for i, c := range m.Classes {
+		nc, ok := centre(c.Name, c.Name)
+		if !ok {
 			continue
 		}
-		nc.Source = describeFit(c.Name, obs, base) + ": " + describeBox(nc)
+		src := ""
+		if fio, ok := centre(c.Name+fioCentre, "fio"); ok {
+			src = "filebench"
+			fio.Source = describeFit(c.Name, obs, base, "fio") + ": " + describeBox(fio)
+			nc.Others = []classifier.Class{fio}
+		}
+		nc.Source = describeFit(c.Name, obs, base, src) + ": " + describeBox(nc)
 		m.Classes[i] = nc
 	}
 	if err := m.Validate(); err != nil {
@@ -483,6 +727,10 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 	}
 	return &m, nil
 }
+
+// fioCentre files a class's fio windows apart from its programs'
+// (FioCentres).
+const fioCentre = "/fio"
 
 // quantile returns the q quantile of sorted s by linear interpolation.
 func quantile(s []float64, q float64) float64 {
@@ -520,13 +768,36 @@ func (e Evaluated) Right() bool { return e.Class == e.Expect }
 // Evaluate classes obs with m, run by run in order, carrying the
 // hysteresis from each window to the next of its run.
 func Evaluate(m *classifier.Model, obs []Observation) []Evaluated {
+	return EvaluateSettling(m, obs, 0)
+}
+
+// EvaluateSettling is Evaluate with the settle rules the live rules
+// apply (classifier Settling) at a short window of window seconds, each
+// window's end its evaluation's time: the confidence a class still
+// settling gets is damped by the share of the settle time it has been
+// held, as domain_disk:fspair_workload_class:confidence is. 0: none.
+func EvaluateSettling(m *classifier.Model, obs []Observation, window float64) []Evaluated {
 	out := make([]Evaluated, 0, len(obs))
 	prev := map[string]string{}
+	runs := map[string][]int{}
 	for _, o := range obs {
 		r := m.Classify(o.Inputs, o.IOPS, o.GuestFS)
 		held := m.Held(r.Scores, prev[o.Run])
 		prev[o.Run] = held
+		runs[o.Run] = append(runs[o.Run], len(out))
 		out = append(out, Evaluated{Observation: o, Expect: o.Expected(m), Class: held, Confidence: r.Confidence, Distances: r.Distances})
+	}
+	if window <= 0 {
+		return out
+	}
+	for _, idx := range runs {
+		evals := make([]classifier.Evaluation, len(idx))
+		for k, i := range idx {
+			evals[k] = classifier.Evaluation{Time: out[i].End, Class: out[i].Class, Confidence: out[i].Confidence}
+		}
+		for k, s := range m.Settling(window, evals) {
+			out[idx[k]].Confidence = s.Confidence
+		}
 	}
 	return out
 }
@@ -561,7 +832,7 @@ func LeaveOnePairOut(base *classifier.Model, obs []Observation, opt FitOptions) 
 		if err != nil {
 			return nil, fmt.Errorf("leave %s out: %w", p, err)
 		}
-		out = append(out, Evaluate(m, test)...)
+		out = append(out, EvaluateSettling(m, test, opt.Window)...)
 	}
 	return out, nil
 }
@@ -588,13 +859,14 @@ func FioObservations(res *Results) []Observation {
 }
 
 // describeFit says what a class's box was fitted on: its settled training
-// windows, their runs by source and their guest/host pairs.
-func describeFit(class string, obs []Observation, base *classifier.Model) string {
+// windows (of source src, "" for all), their runs by source and their
+// guest/host pairs.
+func describeFit(class string, obs []Observation, base *classifier.Model, src string) string {
 	windows := 0
 	runs := map[string]map[string]bool{}
 	pairs := map[string]bool{}
 	for _, o := range obs {
-		if !o.Settled || o.Expected(base) != class {
+		if !o.Settled || o.Layout || o.Expected(base) != class || (src != "" && o.Source != src) {
 			continue
 		}
 		windows++

@@ -35,7 +35,7 @@ func synthetic(w Workload, pair string, end, rw, readKiB, writeKiB, durable, flu
 // before centres, which Fit still fits.
 var boxFit = func() FitOptions {
 	o := DefaultFit
-	o.Quantile, o.Margin, o.Missing = 0.05, 0.5, false
+	o.Quantile, o.Margin, o.Missing, o.FioCentres = 0.05, 0.5, false, false
 	return o
 }()
 

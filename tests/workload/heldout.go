@@ -172,7 +172,7 @@ func RenderEvaluation(ws []Scored) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s | %s |\n", p, strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(&b, "\nRight per band of `domain_disk:fspair_workload_class:confidence` (best score minus the runner-up):\n\n| confidence | windows | right |\n|---|---:|---:|\n")
+	fmt.Fprintf(&b, "\nRight per band of `domain_disk:fspair_workload_class:confidence` (as the rules record it: rules/README.md, Groups):\n\n| confidence | windows | right |\n|---|---:|---:|\n")
 	for i, lo := range confidenceBands {
 		hi := 1.0
 		if i+1 < len(confidenceBands) {

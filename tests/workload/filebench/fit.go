@@ -47,7 +47,10 @@ func scored(ev []workload.Evaluated) []workload.Scored {
 
 // Targets are issue 37's done-when figures over held-out windows.
 type Targets struct {
-	Settled, SettledRight     int // windows after the first 3 minutes, and right
+	Settled, SettledRight     int    // windows after the first 3 minutes, and right
+	SettledPaired             int    // of those right, at confidence >= 0.5: a verdict
+	PastLayout, PastRight     int    // of the windows after the first 3 minutes, those holding none of the layout, and right
+	WorstPast                 string // the worst class on a pair over those
 	WorstCell                 string
 	WorstCellShare            float64 // the lowest right share of a class on a pair (settled windows)
 	Confident, ConfidentRight int     // windows at confidence >= 0.9, and right
@@ -58,7 +61,7 @@ type Targets struct {
 // targets computes Targets over held-out windows.
 func targets(ev []workload.Evaluated) Targets {
 	var t Targets
-	cells := map[string][2]int{}
+	cells, past := map[string][2]int{}, map[string][2]int{}
 	for _, e := range ev {
 		right := e.Right()
 		if e.Confidence >= 0.9 {
@@ -81,22 +84,43 @@ func targets(ev []workload.Evaluated) Targets {
 		}
 		t.Settled++
 		k := e.Expect + " on " + workload.PairOf(e.Pair)
+		if !e.Layout {
+			t.PastLayout++
+			c := past[k]
+			c[1]++
+			if right {
+				t.PastRight++
+				c[0]++
+			}
+			past[k] = c
+		}
 		c := cells[k]
 		c[1]++
 		if right {
 			t.SettledRight++
+			if e.Confidence >= 0.5 {
+				t.SettledPaired++
+			}
 			c[0]++
 		}
 		cells[k] = c
 	}
-	t.WorstCellShare = 1
+	t.WorstCellShare, t.WorstCell = worstCell(cells)
+	_, t.WorstPast = worstCell(past)
+	return t
+}
+
+// worstCell returns the lowest right share of cells (right, windows by
+// class and pair) and the cell, spelt.
+func worstCell(cells map[string][2]int) (float64, string) {
+	worst, name := 1.0, ""
 	for _, k := range slices.Sorted(maps.Keys(cells)) {
 		c := cells[k]
-		if s := float64(c[0]) / float64(c[1]); s < t.WorstCellShare {
-			t.WorstCellShare, t.WorstCell = s, fmt.Sprintf("%s %d/%d", k, c[0], c[1])
+		if s := float64(c[0]) / float64(c[1]); s < worst {
+			worst, name = s, fmt.Sprintf("%s %d/%d", k, c[0], c[1])
 		}
 	}
-	return t
+	return worst, name
 }
 
 func share(n, d int) string {
@@ -113,6 +137,9 @@ func renderFit(w io.Writer, ev []workload.Evaluated) error {
 	t := targets(ev)
 	fmt.Fprintf(w, "| figure | held out |\n|---|---|\n")
 	fmt.Fprintf(w, "| windows right after the first 3 minutes | %s |\n", share(t.SettledRight, t.Settled))
+	fmt.Fprintf(w, "| of those right, at confidence >= 0.5 (a verdict) | %s |\n", share(t.SettledPaired, t.SettledRight))
+	fmt.Fprintf(w, "| of the windows after the first 3 minutes, those past the layout (Filebench still laying out its files in none of the window): right | %s |\n", share(t.PastRight, t.PastLayout))
+	fmt.Fprintf(w, "| the worst class on a pair, past the layout | %s |\n", t.WorstPast)
 	fmt.Fprintf(w, "| the worst class on a pair, after the first 3 minutes | %s |\n", t.WorstCell)
 	fmt.Fprintf(w, "| windows at confidence >= 0.9 that are right | %s |\n", share(t.ConfidentRight, t.Confident))
 	fmt.Fprintf(w, "| wrong windows at confidence < 0.5 | %s |\n", share(t.WrongLow, t.Wrong))
@@ -151,37 +178,25 @@ func modelYAML(m *classifier.Model) string {
 	if t := m.Temperature; t != nil {
 		fmt.Fprintf(&b, "temperature:\n  value: %g\n  source: >-\n    %s\n\n", *t.Value, t.Source)
 	}
+	if c := m.Confidence; c != nil {
+		mb, nb := c.Margin.Bounds(), c.Near.Bounds()
+		fmt.Fprintf(&b, "confidence:\n  margin:\n    above: [%g, %g]\n    source: %s\n  near:\n    below: [%g, %g]\n    source: %s\n  source: >-\n    %s\n\n",
+			mb[0], mb[1], c.Margin.Source, nb[0], nb[1], c.Near.Source, c.Source)
+	}
 	b.WriteString("features:\n")
 	for _, f := range m.Features {
 		fmt.Fprintf(&b, "  - name: %s\n    scale: %g\n    source: >-\n      %s\n", f.Name, f.Scale, f.Source)
 	}
 	b.WriteString("\nworkloads:\n")
 	for _, c := range m.Classes {
-		fmt.Fprintf(&b, "  - name: %s\n    box:\n", c.Name)
-		for _, f := range m.BoxFeatures(c) {
-			fmt.Fprintf(&b, "      %s: [%g, %g]\n", f, c.Box[f][0], c.Box[f][1])
-		}
-		if len(c.GuestFS) > 0 {
-			b.WriteString("    guest_fs:\n")
-			for _, g := range classifier.GuestFileSystems {
-				over := c.GuestFS[g]
-				if len(over) == 0 {
-					continue
-				}
-				fmt.Fprintf(&b, "      %s:\n", g)
-				for _, f := range m.BoxFeatures(c) {
-					if r, ok := over[f]; ok {
-						fmt.Fprintf(&b, "        %s: [%g, %g]\n", f, r[0], r[1])
-					}
-				}
-			}
-		}
-		if len(c.Missing) > 0 {
-			b.WriteString("    missing:\n")
-			for _, f := range m.BoxFeatures(c) {
-				if v, ok := c.Missing[f]; ok {
-					fmt.Fprintf(&b, "      %s: %g\n", f, v)
-				}
+		fmt.Fprintf(&b, "  - name: %s\n", c.Name)
+		centreYAML(&b, m, c, "    ")
+		if len(c.Others) > 0 {
+			b.WriteString("    others:\n")
+			for _, o := range c.Others {
+				fmt.Fprintf(&b, "      - name: %s\n", o.Name)
+				centreYAML(&b, m, o, "        ")
+				fmt.Fprintf(&b, "        source: >-\n          %s\n", o.Source)
 			}
 		}
 		fmt.Fprintf(&b, "    source: >-\n      %s\n", c.Source)
@@ -189,13 +204,47 @@ func modelYAML(m *classifier.Model) string {
 	return b.String()
 }
 
-// DesignSettled is when the fit's design (the softmax over distances, the
-// grids it chooses from, a class's fio windows left out where they class
-// fewer held-out windows right) was committed, after looking at the
-// leave-one-pair-out tables of the runs recorded until then: the runs
-// recorded after it are the series' untouched part, and the report shows
-// them on their own.
-var DesignSettled = time.Date(2026, 11, 28, 18, 29, 12, 0, time.UTC)
+// centreYAML writes one centre's (or box's) ranges, guest file system
+// ranges and missing charges, indented by in.
+func centreYAML(b *strings.Builder, m *classifier.Model, c classifier.Class, in string) {
+	fmt.Fprintf(b, "%sbox:\n", in)
+	for _, f := range m.BoxFeatures(c) {
+		fmt.Fprintf(b, "%s  %s: [%g, %g]\n", in, f, c.Box[f][0], c.Box[f][1])
+	}
+	if len(c.GuestFS) > 0 {
+		fmt.Fprintf(b, "%sguest_fs:\n", in)
+		for _, g := range classifier.GuestFileSystems {
+			over := c.GuestFS[g]
+			if len(over) == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "%s  %s:\n", in, g)
+			for _, f := range m.BoxFeatures(c) {
+				if r, ok := over[f]; ok {
+					fmt.Fprintf(b, "%s    %s: [%g, %g]\n", in, f, r[0], r[1])
+				}
+			}
+		}
+	}
+	if len(c.Missing) > 0 {
+		fmt.Fprintf(b, "%smissing:\n", in)
+		for _, f := range m.BoxFeatures(c) {
+			if v, ok := c.Missing[f]; ok {
+				fmt.Fprintf(b, "%s  %s: %g\n", in, f, v)
+			}
+		}
+	}
+}
+
+// DesignSettled is when the fit's present design (no centre fitted on a
+// layout window, a class's fio windows a centre of their own where they
+// lie FioApart from its programs', the confidence calibrated apart from
+// the softmax, the held-out windows' confidence settled as the rules
+// settle it) was committed, after looking at the leave-one-pair-out
+// tables and the held-out variants of every run recorded until then: the
+// runs recorded after it, series and variants, are the untouched ones, and
+// the report shows them on their own.
+var DesignSettled = time.Date(2026, 11, 29, 4, 20, 40, 0, time.UTC)
 
 // fit prints the leave-one-pair-out evaluation and the model fitted on
 // every window.
@@ -209,6 +258,7 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 	}
 	obs, variants := fitInputs(res, fio, o)
 	opt := workload.DefaultFit
+	opt.Window = o.Window.Seconds()
 	ev, err := workload.LeaveOnePairOut(base, obs, opt)
 	if err != nil {
 		return err
@@ -230,10 +280,16 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 			after[r.Spec.String()] = true
 		}
 	}
-	var late []workload.Evaluated
+	var late, lateVariants []workload.Evaluated
 	for _, e := range ev {
 		if after[e.Run] {
 			late = append(late, e)
+		}
+	}
+	evVariants := workload.EvaluateSettling(m, variants, opt.Window)
+	for _, e := range evVariants {
+		if after[e.Run] {
+			lateVariants = append(lateVariants, e)
 		}
 	}
 	if len(late) > 0 {
@@ -246,7 +302,13 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 		// No number was fitted on them: the model fitted on every other
 		// window classes them.
 		fmt.Fprintf(&report, "#### Held-out variants (parameters changed), classed by the model fitted on every run above\n\n")
-		if err := renderFit(&report, workload.Evaluate(m, variants)); err != nil {
+		if err := renderFit(&report, evVariants); err != nil {
+			return err
+		}
+	}
+	if len(lateVariants) > 0 {
+		fmt.Fprintf(&report, "#### The held-out variants recorded after the fit's design was settled (%s), from the tables above\n\n", DesignSettled.Format(time.RFC3339))
+		if err := renderFit(&report, lateVariants); err != nil {
 			return err
 		}
 	}
@@ -273,10 +335,12 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 // candidateHeader opens the candidate model's file.
 const candidateHeader = `# The candidate classifier: rules/classes.yaml with its mixed and far ramps,
 # features and workload boxes replaced by the fit on the Filebench runs and
-# the fio models (the FITTED block), and a softmax and its temperature. Each
-# fitted class is a centre, not a box: every range of its box is one value,
-# the median of its windows (per guest file system where guest_fs gives
-# one), and its distance how many feature scales a disk lies from it; its
+# the fio models (the FITTED block), and a softmax, its temperature and a
+# confidence of its own. Each fitted class is a centre, not a box: every
+# range of its box is one value, the median of its windows (per guest file
+# system where guest_fs gives one), and its distance how many feature
+# scales a disk lies from it; its others: are further centres (its fio
+# model's), a disk's distance from the class that from the nearest; its
 # missing: entries are what it counts for a mean request size a disk
 # cannot show, learnt from its own windows. Written by
 # go run ./tests/workload/filebench -fit -write; do not edit. The rules are

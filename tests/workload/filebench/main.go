@@ -102,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	o := &Options{}
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries) or \"heldout\" (HeldOutSeries: parameter variants no number is fitted on)")
+	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries), \"heldout\" (HeldOutSeries: parameter variants no number is fitted on) or \"heldout2\" (HeldOutSeries2: more, recorded after the fit's design was settled)")
 	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")
@@ -139,6 +139,8 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 		*runs = DefaultSeries
 	case "heldout":
 		*runs = HeldOutSeries
+	case "heldout2":
+		*runs = HeldOutSeries2
 	}
 	if o.Specs, err = ParseSpecs(*runs); err != nil {
 		return nil, err

@@ -279,6 +279,7 @@ func Observations(res *Results, width, step, settle time.Duration) []workload.Ob
 			out = append(out, workload.Observation{
 				Truth: r.Class, Run: r.Spec.String(), Pair: r.Spec.Pair(), GuestFS: r.Guest, End: w.End,
 				Inputs: x, IOPS: iops, Settled: w.End >= settle.Seconds(), Source: src,
+				Layout: w.End-w.Span < r.LayoutSeconds,
 			})
 		}
 	}

@@ -230,24 +230,7 @@ func TestFlags(t *testing.T) {
 // ./tests/workload/filebench -fit -write writes it), so that no one retunes
 // it by hand, and that it loads as a model.
 func TestFittedModelCurrent(t *testing.T) {
-	res, err := LoadResults("../testdata/filebench.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fio, err := workload.LoadResults("../testdata/features.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cls, err := LoadClassifier("../../../rules/classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &Options{Window: time.Minute, Step: 30 * time.Second}
-	train, _ := fitInputs(res, fio, o)
-	m, err := workload.Fit(cls.Model, train, workload.DefaultFit)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := storedFit(t)
 	live, err := os.ReadFile("../../../rules/classes.yaml")
 	if err != nil {
 		t.Fatal(err)
