@@ -97,14 +97,8 @@ type FitOptions struct {
 	// LeaveOnePairOut applies the settle rules to the held-out windows'
 	// confidence (EvaluateSettling); 0: none.
 	Window float64
-	// Calibrate fits the confidence apart from the softmax (the model's
-	// Confidence): the softmax, its temperature and the mixed ramp that
-	// class the most held-out windows right, with the confidence ramps
-	// that give the most of those right windows 0.5 or more while it
-	// means what it says (ConfidentRight, WrongLow).
-	Calibrate bool
-	// ConfidentRight and WrongLow are what the temperature must give the
-	// windows held out inside the training set: the share of those at
+	// ConfidentRight and WrongLow are what the confidence must give the
+	// windows held out inside the training set (calibrate): the share of those at
 	// confidence 0.9 or more that are right, and of the wrong ones that
 	// are below 0.5 (issue 37's targets: 0.95 and 0.9).
 	ConfidentRight, WrongLow float64
@@ -122,7 +116,7 @@ type FitOptions struct {
 // after the first 3 minutes, centres 109, centres with Missing 114 (the
 // boxes with Missing: 103).
 var DefaultFit = FitOptions{Quantile: 0.5, Margin: 0, MinGuestRuns: 2, GuestShare: 0.5, GuestShift: 0.25, ScaleFloor: 0.05,
-	FarQuantile: 0.99, FarFloor: 2.5, Missing: true, FioCentres: true, Calibrate: true, ConfidentRight: 0.95, WrongLow: 0.9}
+	FarQuantile: 0.99, FarFloor: 2.5, Missing: true, FioCentres: true, ConfidentRight: 0.95, WrongLow: 0.9}
 
 // Fit returns base with its features' scales and its workload boxes set
 // from the settled training windows of obs: per class and feature, the
@@ -335,69 +329,15 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 	m.Far = classifier.Ramp{Above: []float64{lo, hi}, Source: fmt.Sprintf(
 		"fitted: leaving each of the %d training pairs out in turn, the %.2f quantile of its %d settled windows' distances from their own class fitted without it (%.2f), and the %.3f quantile (%.2f) or one unit more; never below %.2f",
 		len(pairsOf(obs, "")), opt.FarQuantile, len(d), quantile(d, opt.FarQuantile), 1-(1-opt.FarQuantile)/10, quantile(d, 1-(1-opt.FarQuantile)/10), opt.FarFloor)}
-	// The softmax (over the distances or their squares), its temperature
-	// and the mixed ramp: of every combination of Softmaxes, their
-	// Temperatures and MixedRamps, the one that classes the most of the
-	// held-out windows judged right while the confidence of all of them
-	// means what it says (of those at 0.9 or more, at least ConfidentRight
-	// right; of the wrong ones, at least WrongLow below 0.5); ties go to
-	// the first in that order (base's mixed ramp first, lower temperatures
-	// first). When none means what it says: base's mixed ramp, squared
-	// distances and the highest temperature, the most cautious.
-	last := Temperatures[classifier.OverSquared]
-	chosen := choice{classifier.OverSquared, last[len(last)-1], base.Mixed.Bounds()}
-	best, why := -1, "none of them met both; squared distances at the highest temperature"
+	// The softmax, its temperature, the mixed ramp and the confidence,
+	// on the windows held out (calibrate).
 	judged := 0
 	for _, h := range held {
 		if h.judged {
 			judged++
 		}
 	}
-	if opt.Calibrate {
-		return calibrate(m, base, held, judged, opt), nil
-	}
-	for _, over := range Softmaxes {
-		for _, mixed := range append([][]float64{base.Mixed.Bounds()}, MixedRamps...) {
-			for _, t := range Temperatures[over] {
-				c := choice{over, t, mixed}
-				c.apply(m)
-				conf, confRight, wrong, wrongLow, right := 0, 0, 0, 0, 0
-				for _, h := range held {
-					r := m.Score(h.dist, h.iops)
-					ok := r.Class == h.expect
-					if ok && h.judged {
-						right++
-					}
-					if r.Confidence >= 0.9 {
-						conf++
-						if ok {
-							confRight++
-						}
-					}
-					if !ok {
-						wrong++
-						if r.Confidence < 0.5 {
-							wrongLow++
-						}
-					}
-				}
-				good := (conf == 0 || float64(confRight) >= opt.ConfidentRight*float64(conf)) &&
-					(wrong == 0 || float64(wrongLow) >= opt.WrongLow*float64(wrong))
-				if good && right > best {
-					best, chosen = right, c
-					why = fmt.Sprintf("%d of %d Filebench windows right; of all %d, %d at confidence >= 0.9 right of %d, %d of %d wrong ones below 0.5",
-						right, judged, len(held), confRight, conf, wrongLow, wrong)
-				}
-			}
-		}
-	}
-	chosen.apply(m)
-	how := fmt.Sprintf("fitted with the temperature and the mixed ramp, of softmaxes over %v, temperatures %v and mixed ramps %v (base's first): the combination that classes the most of the Filebench windows held out as for far right while the confidence of all %d held out means what it says (at least %.2f of those at 0.9 or more right, at least %.2f of the wrong ones below 0.5): %s",
-		Softmaxes, Temperatures, append([][]float64{base.Mixed.Bounds()}, MixedRamps...), len(held), opt.ConfidentRight, opt.WrongLow, why)
-	m.Softmax = &classifier.Softmax{Over: chosen.over, Source: how}
-	m.Temperature.Source = "fitted with the softmax (see there)"
-	m.Mixed.Source = "fitted with the softmax (see there)"
-	return heldFit{m, max(best, 0)}, nil
+	return calibrate(m, base, held, judged, opt), nil
 }
 
 // heldOut is a window held out inside the training set: its distances
@@ -544,13 +484,12 @@ func (c choice) apply(m *classifier.Model) {
 
 // Softmaxes, Temperatures (per softmax) and MixedRamps (besides the base
 // model's) are what Fit chooses the softmax, its temperature and the mixed
-// ramp from. Over the distances the exponent is about the square root of
-// the squared one's at the distances that matter (1-4 units), hence the
-// lower temperatures.
+// ramp from: over the distances, whose exponent is about the square root
+// of the squared distances' at the distances that matter (1-4 units),
+// hence temperatures below 1 among them.
 var (
 	Softmaxes    = []string{classifier.OverDistance}
 	Temperatures = map[string][]float64{
-		classifier.OverSquared:  {1, 2, 4, 8, 16, 32, 64, 128},
 		classifier.OverDistance: {0.125, 0.25, 0.5, 1, 2, 4, 8, 16},
 	}
 	MixedRamps = [][]float64{{0.4, 0.6}, {0.3, 0.45}, {0.2, 0.35}}
