@@ -589,24 +589,26 @@ func (m *Model) Score(dist map[string]float64, iops float64) Result {
 	sort.Sort(sort.Reverse(sort.Float64Slice(vals)))
 	r.Confidence = vals[0] - vals[1]
 	if c := m.Confidence; c != nil && r.Class != Idle && r.Class != Mixed {
-		// The rules have no distance series where a distance is
-		// undefined: the nearest two of those defined.
-		d := make([]float64, 0, len(m.Classes))
-		for _, k := range m.Classes {
-			if v := dist[k.Name]; !math.IsNaN(v) {
-				d = append(d, v)
-			}
-		}
-		sort.Float64s(d)
-		r.Confidence = 0
-		if len(d) >= 2 {
-			r.Confidence = c.Of(d[0], d[1]) * (1 - idle)
-		}
+		d1, d2 := NearestTwo(dist)
+		r.Confidence = c.Of(d1, d2) * (1 - idle)
 	}
 	if r.Class == Mixed {
 		r.Confidence = 0 // mixed names no class: nothing to be confident of
 	}
 	return r
+}
+
+// NearestTwo returns the two smallest of a disk's distances from the
+// classes (by class name), what Confidence is of. Where a workload class
+// scores highest every distance is defined: one undefined (NaN) makes
+// every workload score 0.
+func NearestTwo(dist map[string]float64) (d1, d2 float64) {
+	d := make([]float64, 0, len(dist))
+	for _, v := range dist {
+		d = append(d, v)
+	}
+	sort.Float64s(d)
+	return d[0], d[1]
 }
 
 // scoreOrder is the order the rules break ties between equal scores in.

@@ -384,20 +384,9 @@ func calibrate(m, base *classifier.Model, held []heldOut, judged int, opt FitOpt
 				n := 0
 				for i, h := range held {
 					r := m.Score(h.dist, h.iops)
-					// The nearest two defined distances, as Score takes
-					// them (none: NaN, confidence 0).
-					d := []float64{math.NaN(), math.NaN()}
-					for _, v := range h.dist {
-						if !math.IsNaN(v) {
-							d = append(d, v)
-						}
-					}
-					sort.Float64s(d)
-					if len(d) >= 4 {
-						d = d[2:]
-					}
+					d1, d2 := classifier.NearestTwo(h.dist)
 					rs[i] = row{ok: r.Class == h.expect, judged: h.judged, workload: r.Class != classifier.Idle && r.Class != classifier.Mixed,
-						d1: d[0], d2: d[1], damp: 1 - m.Idle.Of(h.iops), plain: r.Confidence}
+						d1: d1, d2: d2, damp: 1 - m.Idle.Of(h.iops), plain: r.Confidence}
 					if rs[i].ok && h.judged {
 						n++
 					}
@@ -428,9 +417,6 @@ func calibrate(m, base *classifier.Model, held []heldOut, judged int, opt FitOpt
 						v := w.plain
 						if w.workload {
 							v = try.Of(w.d1, w.d2) * w.damp
-							if math.IsNaN(v) {
-								v = 0
-							}
 						}
 						if v >= 0.9 {
 							conf++
