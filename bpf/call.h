@@ -9,6 +9,11 @@
 
 #include "fspair.h"
 
+/* Disks tracked at once; user space may raise it before load (--bpf.max-disks). */
+#define MAX_DISKS 1024
+/* Image files (a disk's image plus a margin for replaced files kept until their last close). */
+#define MAX_IMAGES (MAX_DISKS * 2)
+
 /* Operations, the `op` label. */
 enum op {
 	OP_READ,
@@ -51,6 +56,96 @@ struct image_ref {
 	u32 slot; /* disk slot */
 	u32 vmm;  /* the VMM's tgid; 0: unknown, every process but the exporter and kernel threads */
 };
+
+/*
+ * The image table: the tracked images by inode (kernel address), read by
+ * every file-system hook and host program that meets a file, page or
+ * direct request, most of which are not an image's. An open-addressing
+ * table in one array value, probed in place: a file that is not an image
+ * leaves after one or two loads, and an image is found without a helper
+ * call (disk_by_inode, a hash map, costs a jhash and a call on every
+ * lookup, hit or miss).
+ *
+ * Written by user space (exporter/probe imageTable) through the mapped
+ * value, one aligned 8-byte store at a time, so a program sees an entry
+ * whole: an entry's ref is stored before its inode, and an image leaves
+ * by its inode turning into IMAGE_TOMBSTONE (entries never move, so a
+ * probe never misses an image that stays). An image whose IMAGE_PROBES
+ * places from its home are all taken lives in disk_by_inode only; while
+ * any does (overflow), a probe that finds neither the inode nor an empty
+ * place asks disk_by_inode. disk_by_inode holds every image as well.
+ */
+#define IMAGE_TABLE_BITS 12
+#define IMAGE_TABLE_SLOTS (1 << IMAGE_TABLE_BITS) /* twice MAX_IMAGES: probes stay short */
+#define IMAGE_PROBES 8
+#define IMAGE_TOMBSTONE 1ULL /* an image left this place; probing goes on past it */
+
+struct image_entry {
+	struct image_ref ref; /* stored before inode */
+	u64 inode;	      /* 0: never used (a probe stops), IMAGE_TOMBSTONE: freed */
+};
+
+struct image_table {
+	u64 overflow; /* images in disk_by_inode only */
+	u64 pad[7];
+	struct image_entry e[IMAGE_TABLE_SLOTS];
+};
+
+/* One value, the whole table; owned by disk.bpf.c, shared at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct image_table);
+} image_table SEC(".maps");
+
+/* Image inode (kernel address) -> its disk slot and VMM; every image, for the overflow. Written by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_IMAGES);
+	__type(key, u64);
+	__type(value, struct image_ref);
+} disk_by_inode SEC(".maps");
+
+/*
+ * An inode's home in the image table: Fibonacci hashing of its inode
+ * number (exporter/probe imageHome). Not of its address, which the
+ * verifier keeps a pointer, on which no arithmetic is allowed; the address
+ * is what an entry is compared with.
+ */
+static __always_inline u32 image_home(u64 ino)
+{
+	return (ino * 0x9E3779B97F4A7C15ULL) >> (64 - IMAGE_TABLE_BITS);
+}
+
+/*
+ * The image an inode (its kernel address, and its i_ino) is, or NULL: the
+ * table first, disk_by_inode on overflow.
+ */
+static __always_inline struct image_ref *image_of(u64 inode, u64 ino)
+{
+	struct image_table *tbl;
+	struct image_entry *e;
+	u32 zero = 0, h, i;
+	u64 k;
+
+	tbl = bpf_map_lookup_elem(&image_table, &zero);
+	if (!tbl)
+		return NULL;
+	h = image_home(ino);
+	for (i = 0; i < IMAGE_PROBES; i++) {
+		e = &tbl->e[(h + i) & (IMAGE_TABLE_SLOTS - 1)];
+		k = *(volatile u64 *)&e->inode;
+		if (k == inode)
+			return &e->ref;
+		if (!k)
+			return NULL;
+	}
+	if (!*(volatile u64 *)&tbl->overflow)
+		return NULL;
+	return bpf_map_lookup_elem(&disk_by_inode, &inode);
+}
 
 /* Bits of io_task.cause: what the host did for the thread's synchronous call. */
 #define CAUSE_DIRECT 1      /* the call went through iomap direct I/O */

@@ -256,5 +256,6 @@ int register_image(struct bpf_iter__task_file *ctx)
 		return 0;
 	r->inode = (u64)f->f_inode;
 	r->sb = (u64)f->f_inode->i_sb;
+	r->ino = f->f_inode->i_ino;
 	return 0;
 }

@@ -33,10 +33,6 @@
 
 #include "call.h"
 
-/* Disks tracked at once; user space may raise it before load (--bpf.max-disks). */
-#define MAX_DISKS 1024
-/* Image files (a disk's image plus a margin for replaced files kept until their last close). */
-#define MAX_IMAGES (MAX_DISKS * 2)
 /* Requests in flight on tracked images at once, across all disks. */
 #define MAX_INFLIGHT 16384
 /* qcow2 metadata clusters marked across all qcow2 disks. */
@@ -198,15 +194,9 @@ struct aio_call {
 struct registration {
 	u64 inode; /* struct inode *, the image's key */
 	u64 sb;	   /* struct super_block *, for the fentry programs' first filter */
+	u64 ino;   /* its i_ino, the image table's hash (call.h image_home) */
 };
 
-/* Image inode (kernel address) -> its disk slot and VMM. Written by user space. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_IMAGES);
-	__type(key, u64);
-	__type(value, struct image_ref);
-} disk_by_inode SEC(".maps");
 
 /*
  * Disk slot -> counters and histograms; read at scrape. Mappable only for
@@ -252,7 +242,7 @@ struct {
  * Processes that run a tracked disk (VMM tgids); all when track_all_tasks.
  * Read first only by the hooks that see no file before walking the fd
  * table (the syscall mode's, io_uring's submission); the file-system hooks
- * find the VMM in disk_by_inode's value, with the disk.
+ * find the VMM in the image table's entry, with the disk.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -403,16 +393,16 @@ static __always_inline bool vmm_thread(const struct image_ref *img)
 /*
  * The image an inode (a BTF pointer) is, when the current thread is to be
  * followed on it: the super block first (no helper call: most files leave
- * here), then one lookup, whose value names the disk and its VMM.
+ * here), then the image table (call.h image_of), whose entry names the
+ * disk and its VMM.
  */
 static __always_inline struct image_ref *followed_image(struct inode *inode)
 {
-	u64 key = (u64)inode;
 	struct image_ref *img;
 
 	if (!sb_tracked((u64)inode->i_sb))
 		return NULL;
-	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	img = image_of((u64)inode, inode->i_ino);
 	if (!img || !vmm_thread(img))
 		return NULL;
 	return img;
@@ -463,15 +453,13 @@ static __always_inline struct image_ref *file_image(struct file *f)
 {
 	struct image_ref *img;
 	struct inode *inode;
-	u64 key;
 
 	if (!f)
 		return NULL;
 	inode = BPF_CORE_READ(f, f_inode);
 	if (!inode || !sb_tracked((u64)BPF_CORE_READ(inode, i_sb)))
 		return NULL;
-	key = (u64)inode;
-	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	img = image_of((u64)inode, BPF_CORE_READ(inode, i_ino));
 	if (!img || !vmm_thread(img))
 		return NULL;
 	return img;
@@ -1166,7 +1154,7 @@ static __always_inline void inode_call_exit(struct inode *inode, s64 ret)
 {
 	struct io_task *t;
 
-	if (!sb_tracked((u64)inode->i_sb))
+	if (!sb_tracked((u64)inode->i_sb) || !image_of((u64)inode, inode->i_ino))
 		return;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	if (!t || !t->call.start_ns || t->key != (u64)inode || t->call.op < OP_FLUSH)

@@ -65,7 +65,12 @@ static __always_inline void rw_exit(struct kiocb *iocb, s64 ret)
 	struct inflight *rec;
 	struct io_task *t;
 
-	if (!sb_tracked((u64)f->f_inode->i_sb))
+	/*
+	 * Only an image's call has anything to end: any other file leaves
+	 * before the task storage. (An image untracked inside its call leaves
+	 * the call parked: the thread's next call on an image replaces it.)
+	 */
+	if (!sb_tracked((u64)f->f_inode->i_sb) || !image_of((u64)f->f_inode, f->f_inode->i_ino))
 		return;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	if (t) {

@@ -392,7 +392,7 @@ int iomap_dio_begin(u64 *ctx)
 	struct kiocb *iocb = (void *)ctx[0];
 	struct task_struct *task = bpf_get_current_task_btf();
 	u64 inode = (u64)iocb->ki_filp->f_inode, id, kio = (u64)iocb;
-	struct image_ref *img = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	struct image_ref *img = image_of(inode, iocb->ki_filp->f_inode->i_ino);
 	struct aio_key key = {};
 	struct inflight *rec;
 	struct io_task *t;

@@ -30,9 +30,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Host block devices followed at once (each image's host FS device). */
 #define MAX_DEVICES 256
-/* Mirrors disk.bpf.c: the map is shared, loaded once. */
-#define MAX_DISKS 1024
-#define MAX_IMAGES (MAX_DISKS * 2)
 /* Direct I/O bios in flight on followed devices. */
 #define MAX_BIOS 16384
 
@@ -128,13 +125,6 @@ struct rq_issue {
 	u64 issue_ns;
 };
 
-/* Image inode -> disk slot and VMM: disk.bpf.c's map, shared at load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_IMAGES);
-	__type(key, u64);
-	__type(value, struct image_ref);
-} disk_by_inode SEC(".maps");
 
 /* Block device (kernel dev_t, major << 20 | minor) -> device slot. Written by user space. */
 struct {
@@ -298,7 +288,7 @@ static __always_inline u32 page_kind(struct page *page, u32 *owner)
 	/* The head page is an address, not a pointer the verifier knows: probe reads. */
 	host = BPF_CORE_READ((struct address_space *)mapping, host);
 	inode = (u64)host;
-	img = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	img = image_of(inode, BPF_CORE_READ(host, i_ino));
 	if (img) {
 		*owner = img->slot + 1;
 		return KIND_DATA;
@@ -509,12 +499,14 @@ int host_rq_issue(u64 *ctx)
 static __always_inline u32 dio_image_owner(struct iomap_dio *dio)
 {
 	struct image_ref *img;
-	u64 key;
+	struct inode *inode;
 
 	if (!dio)
 		return 0;
-	key = (u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
-	img = bpf_map_lookup_elem(&disk_by_inode, &key);
+	inode = BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	if (!inode)
+		return 0;
+	img = image_of((u64)inode, BPF_CORE_READ(inode, i_ino));
 	return img ? img->slot + 1 : 0;
 }
 
@@ -736,7 +728,8 @@ int host_rq_complete(u64 *ctx)
  * write call this is the part of the write that writeback will have to send;
  * the rest landed on pages already dirty (absorbed). Every process's pages
  * pass here: a page of a file system with no tracked image leaves on the
- * super block filter, before the task storage lookup.
+ * super block filter, a page of any other file on the image table, before
+ * the task storage lookup.
  */
 SEC("tp_btf/writeback_dirty_folio")
 int host_dirty_folio(u64 *ctx)
@@ -751,7 +744,7 @@ int host_dirty_folio(u64 *ctx)
 	if (!mapping)
 		return 0;
 	host = mapping->host;
-	if (!host || !sb_tracked((u64)host->i_sb))
+	if (!host || !sb_tracked((u64)host->i_sb) || !image_of((u64)host, host->i_ino))
 		return 0;
 	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
 	if (!t || !t->call.start_ns || t->call.op != OP_WRITE || (u64)host != t->inode)
@@ -850,7 +843,7 @@ int host_btrfs_ordered(u64 *ctx)
 	if (!bi || !oe)
 		return 0;
 	inode = (u64)&bi->vfs_inode;
-	img = bpf_map_lookup_elem(&disk_by_inode, &inode);
+	img = image_of(inode, bi->vfs_inode.i_ino);
 	if (!img)
 		return 0;
 	slot = img->slot;

@@ -73,6 +73,17 @@ type DiskImageRef struct {
 	Vmm  uint32
 }
 
+type DiskImageTable struct {
+	_        structs.HostLayout
+	Overflow uint64
+	Pad      [7]uint64
+	E        [4096]struct {
+		_     structs.HostLayout
+		Ref   DiskImageRef
+		Inode uint64
+	}
+}
+
 type DiskInflight struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -117,6 +128,7 @@ type DiskRegistration struct {
 	_     structs.HostLayout
 	Inode uint64
 	Sb    uint64
+	Ino   uint64
 }
 
 type DiskSeekState struct {
@@ -143,6 +155,7 @@ const (
 	DiskMapEventsDropped         = "events_dropped"
 	DiskMapFlushWindows          = "flush_windows"
 	DiskMapFormatClusters        = "format_clusters"
+	DiskMapImageTable            = "image_table"
 	DiskMapInflightAio           = "inflight_aio"
 	DiskMapInflightUring         = "inflight_uring"
 	DiskMapIoTasks               = "io_tasks"
@@ -358,6 +371,7 @@ type DiskMapSpecs struct {
 	EventsDropped  *ebpf.MapSpec `ebpf:"events_dropped"`
 	FlushWindows   *ebpf.MapSpec `ebpf:"flush_windows"`
 	FormatClusters *ebpf.MapSpec `ebpf:"format_clusters"`
+	ImageTable     *ebpf.MapSpec `ebpf:"image_table"`
 	InflightAio    *ebpf.MapSpec `ebpf:"inflight_aio"`
 	InflightUring  *ebpf.MapSpec `ebpf:"inflight_uring"`
 	IoTasks        *ebpf.MapSpec `ebpf:"io_tasks"`
@@ -415,6 +429,7 @@ type DiskMaps struct {
 	EventsDropped  *ebpf.Map `ebpf:"events_dropped"`
 	FlushWindows   *ebpf.Map `ebpf:"flush_windows"`
 	FormatClusters *ebpf.Map `ebpf:"format_clusters"`
+	ImageTable     *ebpf.Map `ebpf:"image_table"`
 	InflightAio    *ebpf.Map `ebpf:"inflight_aio"`
 	InflightUring  *ebpf.Map `ebpf:"inflight_uring"`
 	IoTasks        *ebpf.Map `ebpf:"io_tasks"`
@@ -433,6 +448,7 @@ func (m *DiskMaps) Close() error {
 		m.EventsDropped,
 		m.FlushWindows,
 		m.FormatClusters,
+		m.ImageTable,
 		m.InflightAio,
 		m.InflightUring,
 		m.IoTasks,

@@ -66,6 +66,17 @@ type HostImageRef struct {
 	Vmm  uint32
 }
 
+type HostImageTable struct {
+	_        structs.HostLayout
+	Overflow uint64
+	Pad      [7]uint64
+	E        [4096]struct {
+		_     structs.HostLayout
+		Ref   HostImageRef
+		Inode uint64
+	}
+}
+
 type HostIoTask struct {
 	_    structs.HostLayout
 	Call struct {
@@ -108,6 +119,7 @@ const (
 	HostMapFlushWindows      = "flush_windows"
 	HostMapHostDevices       = "host_devices"
 	HostMapImageDeviceStats  = "image_device_stats"
+	HostMapImageTable        = "image_table"
 	HostMapIoTasks           = "io_tasks"
 	HostMapRqIssued          = "rq_issued"
 	HostProgHostBioQueue     = "host_bio_queue"
@@ -192,6 +204,7 @@ type HostMapSpecs struct {
 	FlushWindows     *ebpf.MapSpec `ebpf:"flush_windows"`
 	HostDevices      *ebpf.MapSpec `ebpf:"host_devices"`
 	ImageDeviceStats *ebpf.MapSpec `ebpf:"image_device_stats"`
+	ImageTable       *ebpf.MapSpec `ebpf:"image_table"`
 	IoTasks          *ebpf.MapSpec `ebpf:"io_tasks"`
 	RqIssued         *ebpf.MapSpec `ebpf:"rq_issued"`
 }
@@ -236,6 +249,7 @@ type HostMaps struct {
 	FlushWindows     *ebpf.Map `ebpf:"flush_windows"`
 	HostDevices      *ebpf.Map `ebpf:"host_devices"`
 	ImageDeviceStats *ebpf.Map `ebpf:"image_device_stats"`
+	ImageTable       *ebpf.Map `ebpf:"image_table"`
 	IoTasks          *ebpf.Map `ebpf:"io_tasks"`
 	RqIssued         *ebpf.Map `ebpf:"rq_issued"`
 }
@@ -250,6 +264,7 @@ func (m *HostMaps) Close() error {
 		m.FlushWindows,
 		m.HostDevices,
 		m.ImageDeviceStats,
+		m.ImageTable,
 		m.IoTasks,
 		m.RqIssued,
 	)

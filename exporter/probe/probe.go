@@ -109,9 +109,11 @@ type Probes struct {
 
 	mu     sync.Mutex        // programs' state and the super block and device filters
 	sbOf   map[uint64]uint64 // registered inode -> its super block
+	inoOf  map[uint64]uint64 // registered or tracked inode -> its inode number (the image table's hash)
 	sbRefs map[uint64]int    // super block -> tracked images on it
 	inodes map[uint64]uint64 // tracked inode -> its super block (for Untrack)
 	slots  map[uint32]uint64 // tracked slot -> its inode (for SetVMM)
+	images *imageTable       // the programs' table of tracked images (imagetable.go)
 	devs   map[uint64]uint32 // followed block devices (dev_t) -> device slot, the block programs' first filter
 	fsOfSb map[uint64]string // registered super block -> its file-system type (fsExt4 ...), "" for others; kept
 	fsRefs map[string]int    // file-system type -> super blocks of that type holding tracked images
@@ -234,7 +236,7 @@ func Load(opts Options) (*Probes, error) {
 
 	p := &Probes{
 		maxDisks: maxDisks, requested: opts.Mode, kernel: kernel, deny: opts.Deny, logger: opts.Logger,
-		sbOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
+		sbOf: map[uint64]uint64{}, inoOf: map[uint64]uint64{}, sbRefs: map[uint64]int{}, inodes: map[uint64]uint64{},
 		slots: map[uint32]uint64{}, devs: map[uint64]uint32{},
 		fsOfSb: map[uint64]string{}, fsRefs: map[string]int{}, drains: map[string]*time.Timer{},
 		drainGrace: fsDrainGrace, types: btf.NewCache(),
@@ -252,7 +254,7 @@ func Load(opts Options) (*Probes, error) {
 	}
 	p.objs, p.vars = objs.DiskMaps, objs.DiskVariables
 	shared := map[string]*ebpf.Map{}
-	for _, name := range []string{bpf.DiskMapDiskByInode, bpf.DiskMapIoTasks, bpf.DiskMapFlushWindows, bpf.DiskMapEventsDropped} {
+	for _, name := range []string{bpf.DiskMapImageTable, bpf.DiskMapDiskByInode, bpf.DiskMapIoTasks, bpf.DiskMapFlushWindows, bpf.DiskMapEventsDropped} {
 		shared[name] = diskMaps[name]
 	}
 	var hostObjs struct {
@@ -265,6 +267,10 @@ func Load(opts Options) (*Probes, error) {
 		return nil, err
 	}
 	p.host, p.hostVars = hostObjs.HostMaps, hostObjs.HostVariables
+	if p.images, err = newImageTable(p.objs.ImageTable); err != nil {
+		p.Close()
+		return nil, err
+	}
 	if opts.Stats {
 		c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 		if err != nil {
@@ -942,6 +948,7 @@ func (p *Probes) Inodes(files []*os.File) ([]uint64, error) {
 		}
 		out[i] = reg.Inode
 		p.sbOf[reg.Inode] = reg.Sb
+		p.inoOf[reg.Inode] = reg.Ino
 		p.fsOfSb[reg.Sb] = fs
 	}
 	return out, nil
@@ -987,7 +994,11 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 			return err
 		}
 	}
+	// The map first: an image that finds no place in the table is looked up there.
 	if err := p.objs.DiskByInode.Put(inode, bpf.DiskImageRef{Slot: slot}); err != nil {
+		return fmt.Errorf("track slot %d: %w", slot, err)
+	}
+	if err := p.images.put(inode, p.inoOf[inode], slot, 0); err != nil {
 		return fmt.Errorf("track slot %d: %w", slot, err)
 	}
 	p.slots[slot] = inode
@@ -1000,12 +1011,15 @@ func (p *Probes) Track(inode uint64, slot uint32, cfg ImageConfig) error {
 // file-system hooks find it with the disk, in the one lookup they make.
 func (p *Probes) SetVMM(slot, tgid uint32) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	inode, ok := p.slots[slot]
-	p.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("set the VMM of slot %d: not tracked", slot)
 	}
 	if err := p.objs.DiskByInode.Put(inode, bpf.DiskImageRef{Slot: slot, Vmm: tgid}); err != nil {
+		return fmt.Errorf("set the VMM of slot %d: %w", slot, err)
+	}
+	if err := p.images.put(inode, p.inoOf[inode], slot, tgid); err != nil {
 		return fmt.Errorf("set the VMM of slot %d: %w", slot, err)
 	}
 	return nil
@@ -1046,11 +1060,15 @@ func (p *Probes) Untrack(inode uint64, slot uint32) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.images.remove(inode); err != nil {
+		return fmt.Errorf("untrack slot %d: %w", slot, err)
+	}
 	if p.slots[slot] == inode {
 		delete(p.slots, slot)
 	}
 	if sb, ok := p.inodes[inode]; ok {
 		delete(p.inodes, inode)
+		delete(p.inoOf, inode)
 		if p.sbRefs[sb]--; p.sbRefs[sb] <= 0 {
 			delete(p.sbRefs, sb)
 			fs := p.fsOfSb[sb]
