@@ -23,9 +23,15 @@ const (
 )
 
 // perHostLevels are the levels of recorded series about one disk or one host
-// device: computed from one host's series. Any other level (class_pair,
-// class, pair_mode) aggregates the disks of the whole fleet.
-var perHostLevels = map[string]bool{"domain_disk": true, "host_device": true}
+// device (domain_disk_guest_fs: a disk's, labelled with its guest file
+// system), computed from one host's series, and of the classifier's
+// constants (workload_feature, workload_centre), which each host records
+// for itself. Any other level (class_pair, class, pair_mode) aggregates the
+// disks of the whole fleet.
+var perHostLevels = map[string]bool{
+	"domain_disk": true, "domain_disk_guest_fs": true, "host_device": true,
+	"workload_feature": true, "workload_centre": true,
+}
 
 // seriesName finds the recorded names a rule's expression reads.
 var seriesName = regexp.MustCompile(`[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]*[a-zA-Z0-9_]`)

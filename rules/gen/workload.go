@@ -201,7 +201,10 @@ func workloadRules(p *Params) []Rule {
 			fmt.Sprintf("Classifier feature %s of the disk (rules/classes.yaml has what it measures).", f.Name),
 			[2]string{"feature", f.Name}))
 	}
-	if _, ok := guestFeatures(m); ok {
+	points := pointCentres(m)
+	if points {
+		out = append(out, pointRules(w, m)...)
+	} else if _, ok := guestFeatures(m); ok {
 		out = append(out, rec(w, guestFeatureName, fmt.Sprintf(`
   %[1]s
 * on (${disk}) group_left (guest_fs)
@@ -213,11 +216,25 @@ or ignoring (guest_fs)
 				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
-		out = append(out, rec(w, distanceName, distanceExpr(m, c),
+		expr := distanceExpr(m, c)
+		if points {
+			expr = pointDistanceExpr(c)
+		}
+		out = append(out, rec(w, distanceName, expr,
 			fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
 				"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
 				"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name),
 			[2]string{"class", c.Name}))
+	}
+	// A model with a confidence of its own reads the nearest distance in
+	// the score's far ramp and twice in the confidence: recorded once, one
+	// aggregation of every disk's distances instead of three (at 10,000
+	// disks 127 ms of CPU each, bench/results-rules-cost-37-table-cand.txt).
+	nearest := fmt.Sprintf("min by (${disk}) (%s)", distanceName)
+	if m.Confidence != nil {
+		out = append(out, rec(w, nearestName, nearest,
+			"Distance of the disk from its nearest workload class, in units: what far and the confidence read."))
+		nearest = nearestName
 	}
 	// exp(-d^2) does not underflow: the largest distance a disk can have is
 	// under 15 units (clamped read/write ratio, read sizes of 512 B to 1 MiB).
@@ -253,7 +270,7 @@ or ignoring (guest_fs)
 or
   (
       %[4]s
-  )`, fit, ramp(m.Far, fmt.Sprintf("min by (${disk}) (%s)", distanceName)), scoreSel(classIdle), strings.Join(zeros, "\n    or\n      ")),
+  )`, fit, ramp(m.Far, nearest), scoreSel(classIdle), strings.Join(zeros, "\n    or\n      ")),
 		"Scores of the workload classes: each class's share of the softmax of the negative "+of+" over the four "+
 			"(divided by the model's temperature), damped by far (the distance to the nearest class) and by the idle score. "+
 			"A disk whose distances are undefined (no reads or writes) scores 0."))
@@ -290,7 +307,7 @@ topk by (${disk}) (1,
 		// (mixed is then first and that score second, or both are equal).
 		// One aggregation and one join of every disk's scores fewer than
 		// the spread times a separate mixed test, the same values.
-		confidenceRule(w, m),
+		confidenceRule(w, m, nearest),
 		// The class is filtered before the join with fspair_disk_info,
 		// which then matches only the disks that pass (the same series).
 		rec(w, "domain_disk:fspair_class_pair:info", fmt.Sprintf(`
@@ -323,7 +340,7 @@ topk by (${disk}) (1,
 // of its two highest scores, or, where the model has a confidence of its
 // own (classifier.Confidence) and a workload class scores highest, that
 // confidence's ramps on the distances; times the settled share.
-func confidenceRule(w window, m *classifier.Model) Rule {
+func confidenceRule(w window, m *classifier.Model, nearest string) Rule {
 	spread := fmt.Sprintf(`(
     max by (${disk}) (%[1]s{class!="%[2]s"})
   - min by (${disk}) (topk by (${disk}) (2, %[1]s))
@@ -334,7 +351,19 @@ func confidenceRule(w window, m *classifier.Model) Rule {
 		"rules/README.md has how often the class was right per band of it on held-out runs."
 	if c := m.Confidence; c != nil {
 		mb, nb := c.Margin.Bounds(), c.Near.Bounds()
-		nearest := fmt.Sprintf("min by (${disk}) (%s)", distanceName)
+		// Where a workload class does not score highest, idle or mixed
+		// does: idle's spread is idle less the highest of the others,
+		// and the same difference is below 0 where mixed is highest,
+		// whose confidence is 0. One aggregation of the scores and a
+		// join of one series a disk, where the spread above takes
+		// two and a topk (at 10,000 disks 351 against 627 ms of CPU,
+		// bench/results-rules-cost-37-table-cand.txt).
+		spread = fmt.Sprintf(`clamp_min(
+    %[1]s
+  - on (${disk})
+    max by (${disk}) (%[2]s{class!="%[3]s"}),
+  0
+)`, scoreSel(classIdle), scoreName, classIdle)
 		spread = fmt.Sprintf(`(
     (
         clamp((max by (${disk}) (bottomk by (${disk}) (2, %[1]s)) - %[2]s - %[3]s) / %[4]s, 0, 1)
@@ -363,6 +392,10 @@ func confidenceRule(w window, m *classifier.Model) Rule {
 	}
 	return rec(w, "domain_disk:fspair_workload_class:confidence", fmt.Sprintf("\n%s\n* on (${disk})\n  %s", spread, settledName), help)
 }
+
+// nearestName is the nearest class's distance, where the model has a
+// confidence of its own.
+const nearestName = "domain_disk:fspair_workload_distance:min_scaled"
 
 const (
 	sinceName   = "domain_disk:fspair_workload_class:since_timestamp_seconds"
