@@ -142,22 +142,14 @@ func centreRule(w window, m *classifier.Model, c classifier.Class, i int, k clas
 	var rows []string
 	for _, f := range m.BoxFeatures(k) {
 		s := m.Scale(f)
-		row := func(v float64, g string) string {
-			e := fmt.Sprintf(`label_replace(vector(%s), "feature", "%s", "", "")`, num(v), f)
-			if g != "" {
-				e = fmt.Sprintf(`label_replace(%s, "guest_fs", "%s", "", "")`, e, g)
-			}
-			return e
-		}
 		if guest[f] {
 			for _, g := range classifier.GuestFileSystems {
-				rows = append(rows, row(k.BoxFor(g)[f][0]/s, g))
+				rows = append(rows, constant(k.BoxFor(g)[f][0]/s, f, g))
 			}
 		}
-		rows = append(rows, row(k.Box[f][0]/s, ""))
+		rows = append(rows, constant(k.Box[f][0]/s, f, ""))
 		if classifier.SizeFeature(f) {
-			rows = append(rows, fmt.Sprintf(`label_replace(vector(%s), "feature", "%s%s", "", "")`,
-				num(-math.Sqrt(m.MissingOf(k, f))), f, missingSuffix))
+			rows = append(rows, constant(-math.Sqrt(m.MissingOf(k, f)), f+missingSuffix, ""))
 		}
 	}
 	return rec(w, centreName, "\n  "+strings.Join(rows, "\nor\n  "),
@@ -165,6 +157,16 @@ func centreRule(w window, m *classifier.Model, c classifier.Class, i int, k clas
 			"(none: the class's own value), its value over the feature's scale; FEATURE%s, minus the square root of "+
 			"what it counts for a mean request size a disk has no requests of.", i, c.Name, centreLabel(c, i), missingSuffix),
 		[2]string{"class", c.Name}, [2]string{"centre", fmt.Sprint(i)})
+}
+
+// constant is one row of a table of constants: v labelled with the
+// feature and, unless empty, the guest file system.
+func constant(v float64, feature, guest string) string {
+	e := fmt.Sprintf(`label_replace(vector(%s), "feature", "%s", "", "")`, num(v), feature)
+	if guest != "" {
+		e = fmt.Sprintf(`label_replace(%s, "guest_fs", "%s", "", "")`, e, guest)
+	}
+	return e
 }
 
 // centreLabel names centre i of c as classes.yaml does: the class itself,
@@ -199,7 +201,7 @@ func pointDistanceExpr(c classifier.Class) string {
 func scaleRule(w window, m *classifier.Model) Rule {
 	var rows []string
 	for _, f := range m.Features {
-		rows = append(rows, fmt.Sprintf(`label_replace(vector(%s), "feature", "%s", "", "")`, num(f.Scale), f.Name))
+		rows = append(rows, constant(f.Scale, f.Name, ""))
 	}
 	return rec(w, scaleName, "\n  "+strings.Join(rows, "\nor\n  "),
 		"The scale of each of the classifier's features (rules/classes.yaml features): one unit of distance on it.")

@@ -216,15 +216,15 @@ or ignoring (guest_fs)
 				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
-		expr := distanceExpr(m, c)
+		expr, help := distanceExpr(m, c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
+			"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
+			"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name)
 		if points {
-			expr = pointDistanceExpr(c)
+			expr, help = pointDistanceExpr(c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: "+
+				"from the nearest of its centres, the norm of the disk's scaled features less the centre's (a mean request "+
+				"size the disk has none of costs what the centre counts for it).", c.Name)
 		}
-		out = append(out, rec(w, distanceName, expr,
-			fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
-				"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
-				"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name),
-			[2]string{"class", c.Name}))
+		out = append(out, rec(w, distanceName, expr, help, [2]string{"class", c.Name}))
 	}
 	// A model with a confidence of its own reads the nearest distance in
 	// the score's far ramp and twice in the confidence: recorded once, one
