@@ -13,7 +13,8 @@ import (
 // in order, to check what a program probing at the same time could see.
 type recordingMemory struct {
 	b      []byte
-	stores []int64 // offsets, in order
+	stores []int64  // offsets, in order
+	values []uint64 // what each stored
 }
 
 func newRecordingMemory() *recordingMemory {
@@ -28,6 +29,7 @@ func (m *recordingMemory) WriteAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("store of %d bytes at %d: not one aligned 8-byte store", len(p), off)
 	}
 	m.stores = append(m.stores, off)
+	m.values = append(m.values, binary.NativeEndian.Uint64(p))
 	return copy(m.b[off:], p), nil
 }
 
@@ -130,20 +132,17 @@ func TestImageTable(t *testing.T) {
 		t.Errorf("the new image: found %v slot %d", found, slot)
 	}
 
-	// Order: every entry's inode store comes after its ref store.
-	lastRef := map[int64]int{}
+	// Order: an inode stored into an entry (not a tombstone) comes right
+	// after that entry's ref, so a probe never matches an inode whose ref
+	// is not yet there.
 	for i, off := range mem.stores {
-		if off < imageTableHead {
+		if off < imageTableHead || (off-imageTableHead)%imageEntrySize == 0 {
 			continue
 		}
-		entry := off - (off-imageTableHead)%imageEntrySize
-		if off == entry {
-			lastRef[entry] = i
-			continue
-		}
-		if k := mem.u64(off); k != imageTombstone {
-			if _, ok := lastRef[entry]; !ok {
-				t.Fatalf("store %d: inode of the entry at %d stored before any ref", i, entry)
+		entry := off - 8
+		if i == 0 || mem.stores[i-1] != entry {
+			if mem.values[i] != imageTombstone {
+				t.Fatalf("store %d: inode of the entry at %d not right after its ref", i, entry)
 			}
 		}
 	}
