@@ -218,13 +218,15 @@ or ignoring (guest_fs)
 				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
-		expr, help := distanceExpr(m, c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
-			"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
-			"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name)
+		var expr, help string
 		if points {
 			expr, help = pointDistanceExpr(c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: "+
-				"from the nearest of its centres, the norm of the disk's scaled features less the centre's (a mean request "+
-				"size the disk has none of costs what the centre counts for it).", c.Name)
+				"from the nearest of its centres, the norm of the disk's scaled features less the centre's (a conditional "+
+				"feature the disk has none of, a mean request size or the random share of writes, costs what the centre counts for it).", c.Name)
+		} else {
+			expr, help = distanceExpr(m, c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
+				"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
+				"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name)
 		}
 		out = append(out, rec(w, distanceName, expr, help, [2]string{"class", c.Name}))
 	}
