@@ -65,18 +65,24 @@ const (
 	// WriteSizeLog2 is log2 of the mean write request in bytes; undefined on
 	// a disk without writes.
 	WriteSizeLog2 = "write_size_log2"
+	// RandomWriteShare is the share of writes that continue none of the
+	// last 16 requests on the image file (fspair's sequential rule);
+	// undefined on a disk without writes.
+	RandomWriteShare = "random_write_share"
 )
 
 // FeatureNames lists the features a model may use.
-var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare, FlushesPerWriteLog2, WriteSizeLog2}
+var FeatureNames = []string{ReadWriteLog2, ReadSizeLog2, SyncWriteShare, FlushesPerWriteLog2, WriteSizeLog2, RandomWriteShare}
 
-// sizeFeatures are the mean request sizes: undefined without requests of
-// their kind, counted then as the end of the far ramp (MissingTerm).
-var sizeFeatures = map[string]bool{ReadSizeLog2: true, WriteSizeLog2: true}
+// conditional are the features a disk has only with requests of a kind:
+// the mean request sizes, and the random share of writes. Without those
+// requests a class with a value on the feature counts the end of the far
+// ramp for it (MissingTerm), or its own charge (Class.Missing).
+var conditional = map[string]bool{ReadSizeLog2: true, WriteSizeLog2: true, RandomWriteShare: true}
 
-// SizeFeature reports whether f is a mean request size: undefined on a disk
-// without requests of its kind.
-func SizeFeature(f string) bool { return sizeFeatures[f] }
+// Conditional reports whether f is undefined on a disk without requests of
+// its kind (a mean request size, the random share of writes).
+func Conditional(f string) bool { return conditional[f] }
 
 // RatioClamp bounds ReadWriteLog2: 2^10 reads per write is read-only for
 // every class.
@@ -158,8 +164,9 @@ type Feature struct {
 // A range of one value is the class's centre: the distance from it is how
 // far the disk lies from the class's typical window.
 //
-// Missing, where given, is the squared distance c counts for a mean
-// request size the disk cannot show (no reads, or no writes) instead of
+// Missing, where given, is the squared distance c counts for a conditional
+// feature the disk cannot show (a mean request size or the random share of
+// writes, without reads or writes) instead of
 // MissingTerm: a class whose own windows often lack it (rfa, whose reads
 // stay in the guest's cache after its layout) is not charged as far for
 // lacking it.
@@ -436,8 +443,8 @@ func validateCentre(what string, c Class, known map[string]bool) error {
 		}
 	}
 	for f, v := range c.Missing {
-		if _, ok := c.Box[f]; !ok || !sizeFeatures[f] {
-			return fmt.Errorf("workload %s: missing on feature %q: want a mean request size its box has a range on", what, f)
+		if _, ok := c.Box[f]; !ok || !conditional[f] {
+			return fmt.Errorf("workload %s: missing on feature %q: want a conditional feature (a mean request size, the random share of writes) its box has a range on", what, f)
 		}
 		if !(v >= 0) {
 			return fmt.Errorf("workload %s: missing %s %v: must be 0 or more", what, f, v)
@@ -510,7 +517,7 @@ func (m *Model) centreDistance(c Class, x map[string]float64, guestFS string) fl
 	sum := 0.0
 	for _, f := range m.BoxFeatures(c) {
 		v, ok := x[f]
-		if !ok && sizeFeatures[f] {
+		if !ok && conditional[f] {
 			sum += m.MissingOf(c, f)
 			continue
 		}
@@ -636,6 +643,8 @@ func (m *Model) Held(scores map[string]float64, prev string) string {
 // bytes, the writes that had to be durable, and the flushes.
 type Counts struct {
 	Reads, Writes, ReadBytes, WriteBytes, SyncWrites, Flushes float64
+	// RandomWrites are the writes the sequential rule counts random.
+	RandomWrites float64
 }
 
 // Inputs returns the model's features of a window. A feature that the
@@ -654,6 +663,7 @@ func Inputs(n Counts) map[string]float64 {
 		x[SyncWriteShare] = n.SyncWrites / n.Writes
 		x[FlushesPerWriteLog2] = clamp(math.Log2(n.Flushes/n.Writes), -FlushClamp, FlushClampHigh)
 		x[WriteSizeLog2] = math.Log2(n.WriteBytes / n.Writes)
+		x[RandomWriteShare] = n.RandomWrites / n.Writes
 	} else if n.Flushes > 0 {
 		x[FlushesPerWriteLog2] = FlushClampHigh
 	}

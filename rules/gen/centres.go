@@ -27,8 +27,9 @@ const (
 	scaleName  = "workload_feature:fspair_workload_feature:scale"
 )
 
-// missingSuffix marks the series that stands for a mean request size a disk
-// cannot show (no reads, or no writes): value 0, and in each centre's table
+// missingSuffix marks the series that stands for a conditional feature a
+// disk cannot show (a mean request size or the random share of writes,
+// without reads or writes): value 0, and in each centre's table
 // minus the square root of what the centre counts for it (MissingOf), so
 // that the squared difference is that count.
 const missingSuffix = "_missing"
@@ -115,7 +116,7 @@ func scaledRule(w window, m *classifier.Model) Rule {
 		expr = fmt.Sprintf("(%s\n)\nand on (${disk})\n  %s", expr, base)
 	}
 	for _, f := range m.Features {
-		if classifier.SizeFeature(f.Name) {
+		if classifier.Conditional(f.Name) {
 			expr += fmt.Sprintf(`
 or
   label_replace(0 * (%s unless on (${disk}) %s{feature="%s"}), "feature", "%s%s", "", "")`,
@@ -148,14 +149,14 @@ func centreRule(w window, m *classifier.Model, c classifier.Class, i int, k clas
 			}
 		}
 		rows = append(rows, constant(k.Box[f][0]/s, f, ""))
-		if classifier.SizeFeature(f) {
+		if classifier.Conditional(f) {
 			rows = append(rows, constant(-math.Sqrt(m.MissingOf(k, f)), f+missingSuffix, ""))
 		}
 	}
 	return rec(w, centreName, "\n  "+strings.Join(rows, "\nor\n  "),
 		fmt.Sprintf("Centre %d of class %s in rules/classes.yaml (%s) as constants: per feature and guest file system "+
 			"(none: the class's own value), its value over the feature's scale; FEATURE%s, minus the square root of "+
-			"what it counts for a mean request size a disk has no requests of.", i, c.Name, centreLabel(c, i), missingSuffix),
+			"what it counts for a conditional feature (a mean request size, the random share of writes) a disk has no requests for.", i, c.Name, centreLabel(c, i), missingSuffix),
 		[2]string{"class", c.Name}, [2]string{"centre", fmt.Sprint(i)})
 }
 

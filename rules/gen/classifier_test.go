@@ -84,9 +84,25 @@ func steadyDisks(t *testing.T, path string) (map[string]map[string]float64, map[
 			d["bytes_"+labels["op"]] = inc
 		case "fspair_disk_sync_writes_total":
 			d["sync"] += inc
+		case "fspair_disk_random_requests_total":
+			d["random_"+labels["op"]] = inc
+		case "fspair_disk_sequential_requests_total":
+			d["sequential_"+labels["op"]] = inc
 		}
 	}
 	return disks, guestFS
+}
+
+// diskCounts are the classifier's counts of a disk of steadyDisks: the
+// random writes are the writes at the random share of the writes the
+// sequential rule classified, as the rules compute it.
+func diskCounts(d map[string]float64) classifier.Counts {
+	n := classifier.Counts{Reads: d["read"], Writes: d["write"], ReadBytes: d["bytes_read"],
+		WriteBytes: d["bytes_write"], SyncWrites: d["sync"], Flushes: d["flush"]}
+	if c := d["random_write"] + d["sequential_write"]; c > 0 {
+		n.RandomWrites = n.Writes * d["random_write"] / c
+	}
+	return n
 }
 
 // TestClassifierMatchesRules checks that rules/classifier computes the scores
@@ -126,8 +142,7 @@ func TestClassifierMatchesRules(t *testing.T) {
 	}
 	for _, name := range sortedKeys(disks) {
 		d := disks[name]
-		x := classifier.Inputs(classifier.Counts{Reads: d["read"], Writes: d["write"], ReadBytes: d["bytes_read"],
-			WriteBytes: d["bytes_write"], SyncWrites: d["sync"], Flushes: d["flush"]})
+		x := classifier.Inputs(diskCounts(d))
 		r := th.Model.Classify(x, (d["read"]+d["write"])/60, guestFS[name])
 		for c, s := range r.Scores {
 			put("round(domain_disk:fspair_workload_score:ratio, 0.001)", name, c, s)
@@ -209,8 +224,7 @@ func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[s
 	const conf = "round(domain_disk:fspair_workload_class:confidence, 0.001)"
 	for _, name := range sortedKeys(disks) {
 		d := disks[name]
-		x := classifier.Inputs(classifier.Counts{Reads: d["read"], Writes: d["write"], ReadBytes: d["bytes_read"],
-			WriteBytes: d["bytes_write"], SyncWrites: d["sync"], Flushes: d["flush"]})
+		x := classifier.Inputs(diskCounts(d))
 		r := m.Classify(x, (d["read"]+d["write"])/60, guestFS[name])
 		for _, f := range m.Features {
 			if v, ok := x[f.Name]; ok {

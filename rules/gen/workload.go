@@ -27,6 +27,8 @@ var inputs = map[string]string{
 or
   %[2]d * (sum without (op) (domain_disk:fspair_disk_requests:rate${w}{op="flush"}) > bool 0)`, classifier.FlushClamp, classifier.FlushClampHigh),
 	classifier.WriteSizeLog2: `log2(sum without (op) (domain_disk:fspair_disk_request_size_bytes:mean${w}{op="write"}))`,
+	// No series on a disk without writes (the ratio's divisor is > 0).
+	classifier.RandomWriteShare: `sum without (op, pattern) (domain_disk:fspair_disk_random_requests:ratio_rate${w}{op="write"})`,
 }
 
 // ramp is the membership of a value in [0, 1].
@@ -94,7 +96,7 @@ func centreExpr(m *classifier.Model, c classifier.Class) string {
 			if len(per) > 0 {
 				term = "(" + strings.Join(append(per, term), " or ") + ")"
 			}
-			if classifier.SizeFeature(f) {
+			if classifier.Conditional(f) {
 				term = fmt.Sprintf("(%s or ignoring (feature) 0 * %s + %s)", term, iopsRate, num(m.MissingOf(c, f)))
 			}
 			terms = append(terms, term)
@@ -115,7 +117,7 @@ func centreExpr(m *classifier.Model, c classifier.Class) string {
 		if len(per) > 0 {
 			term = "(" + strings.Join(append(per, term), " or ") + ")"
 		}
-		if classifier.SizeFeature(f) {
+		if classifier.Conditional(f) {
 			// Every disk has the present feature, labelled as its size
 			// features would be.
 			term = fmt.Sprintf(`(%s or ignoring (feature) 0 * %s{feature="%s"} + %s)`, term, guestFeatureName, present, num(m.MissingOf(c, f)))
@@ -144,8 +146,8 @@ const guestFeatureName = "domain_disk_guest_fs:fspair_workload_feature:value"
 
 // guestFeatures reports whether the distances read guestFeatureName: the
 // model has ranges per guest file system and a feature that every disk
-// with requests has (present), to stand in for a mean request size a disk
-// lacks.
+// with requests has (present), to stand in for a conditional feature (a
+// mean request size, the random share of writes) a disk lacks.
 func guestFeatures(m *classifier.Model) (present string, ok bool) {
 	any := false
 	for _, c := range m.Classes {
@@ -216,13 +218,15 @@ or ignoring (guest_fs)
 				"features with fspair_disk_info in place of one per range."))
 	}
 	for _, c := range m.Classes {
-		expr, help := distanceExpr(m, c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
-			"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
-			"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name)
+		var expr, help string
 		if points {
 			expr, help = pointDistanceExpr(c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: "+
-				"from the nearest of its centres, the norm of the disk's scaled features less the centre's (a mean request "+
-				"size the disk has none of costs what the centre counts for it).", c.Name)
+				"from the nearest of its centres, the norm of the disk's scaled features less the centre's (a conditional "+
+				"feature the disk has none of, a mean request size or the random share of writes, costs what the centre counts for it).", c.Name)
+		} else {
+			expr, help = distanceExpr(m, c), fmt.Sprintf("Distance of the disk from class %s in rules/classes.yaml, in units: per feature of the class's "+
+				"box, how far the disk's value lies outside the box over the feature's scale; the norm of those. "+
+				"0 inside the box. A read feature on a disk without reads counts as the end of the far ramp.", c.Name)
 		}
 		out = append(out, rec(w, distanceName, expr, help, [2]string{"class", c.Name}))
 	}

@@ -601,7 +601,7 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 			}
 			trained = true
 			nc.Box[f.Name] = box(vs, f.Scale)
-			if n := lacking[name][f.Name]; opt.Missing && n > 0 && classifier.SizeFeature(f.Name) {
+			if n := lacking[name][f.Name]; opt.Missing && n > 0 && classifier.Conditional(f.Name) {
 				if nc.Missing == nil {
 					nc.Missing = map[string]float64{}
 				}
@@ -812,7 +812,8 @@ func describeFit(class string, obs []Observation, base *classifier.Model, src st
 
 // describeBox spells a box in the features' own units: its ranges, or its
 // centre where every range is one value, and the squared distance the
-// class counts for a mean request size a disk cannot show.
+// class counts for a conditional feature (a mean request size, the random
+// share of writes) a disk cannot show.
 func describeBox(c classifier.Class) string {
 	var parts []string
 	pow := func(v float64) float64 { return math.Pow(2, v) }

@@ -49,7 +49,8 @@ func ModelInputs(f Features) (map[string]float64, float64) {
 		flushes = f[FeatFlushRate]
 	}
 	return classifier.Inputs(classifier.Counts{Reads: reads, Writes: writes, ReadBytes: f[FeatMeanReadSize] * reads,
-		WriteBytes: f[FeatMeanWriteSize] * writes, SyncWrites: f[FeatSyncWriteShare] * writes, Flushes: flushes}), iops
+		WriteBytes: f[FeatMeanWriteSize] * writes, SyncWrites: f[FeatSyncWriteShare] * writes, Flushes: flushes,
+		RandomWrites: f[FeatRandomWriteShare] * writes}), iops
 }
 
 // GuestFS returns the guest file system of a pair written GUEST/HOST[/...].

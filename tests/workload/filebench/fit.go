@@ -341,8 +341,8 @@ const candidateHeader = `# The candidate classifier: rules/classes.yaml with its
 # system where guest_fs gives one), and its distance how many feature
 # scales a disk lies from it; its others: are further centres (its fio
 # model's), a disk's distance from the class that from the nearest; its
-# missing: entries are what it counts for a mean request size a disk
-# cannot show, learnt from its own windows. Written by
+# missing: entries are what it counts for a conditional feature (a mean
+# request size, the random share of writes) a disk cannot show, learnt from its own windows. Written by
 # go run ./tests/workload/filebench -fit -write; do not edit. The rules are
 # generated from rules/classes.yaml, not from this file, until the candidate's
 # held-out figures (rules/README.md) meet issue 37's targets.

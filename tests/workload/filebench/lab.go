@@ -233,7 +233,8 @@ func syntheticObservations() []workload.Observation {
 	for _, d := range syntheticDisks {
 		l := d.load
 		x := classifier.Inputs(classifier.Counts{Reads: l.ReadIOPS, Writes: l.WriteIOPS, ReadBytes: l.ReadIOPS * l.ReadSize,
-			WriteBytes: l.WriteIOPS * l.WriteSize, SyncWrites: l.SyncWrite * l.WriteIOPS, Flushes: l.FlushPerWrite * l.WriteIOPS})
+			WriteBytes: l.WriteIOPS * l.WriteSize, SyncWrites: l.SyncWrite * l.WriteIOPS, Flushes: l.FlushPerWrite * l.WriteIOPS,
+			RandomWrites: l.RandomWrite * l.WriteIOPS})
 		out = append(out, workload.Observation{Truth: d.w, Run: string(d.w) + "@" + d.pair, Pair: d.pair, GuestFS: workload.GuestFS(d.pair),
 			Inputs: x, IOPS: l.ReadIOPS + l.WriteIOPS, Settled: true, Source: "synthetic"})
 	}
