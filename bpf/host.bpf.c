@@ -279,7 +279,7 @@ static __always_inline u32 page_kind(struct page *page, u32 *owner)
 {
 	struct image_ref *img;
 	struct inode *host;
-	u64 mapping = 0, inode;
+	u64 mapping = 0, ino;
 
 	page = head_page(page);
 	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
@@ -287,13 +287,14 @@ static __always_inline u32 page_kind(struct page *page, u32 *owner)
 		return KIND_OTHER;
 	/* The head page is an address, not a pointer the verifier knows: probe reads. */
 	host = BPF_CORE_READ((struct address_space *)mapping, host);
-	inode = (u64)host;
-	img = image_of(inode, BPF_CORE_READ(host, i_ino));
+	/* Read once: the image table and the Btrfs btree test both need it. */
+	ino = BPF_CORE_READ(host, i_ino);
+	img = image_of((u64)host, ino);
 	if (img) {
 		*owner = img->slot + 1;
 		return KIND_DATA;
 	}
-	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || BPF_CORE_READ(host, i_ino) == BTRFS_BTREE_INODE)
+	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || ino == BTRFS_BTREE_INODE)
 		return KIND_METADATA;
 	return KIND_OTHER;
 }
