@@ -153,6 +153,13 @@ static __always_inline struct image_ref *image_of(u64 inode, u64 ino)
 #define CAUSE_RETRY 4       /* the file system retries the call's direct I/O (tracepoint mode) */
 
 /*
+ * include/linux/sched.h: a kernel thread (kworkers completing direct I/O
+ * run file-system calls too). Never followed (disk.h vmm_thread), so never
+ * given io_tasks storage.
+ */
+#define PF_KTHREAD 0x00200000
+
+/*
  * The value of io_tasks, one per VMM thread that touched an image: its
  * synchronous call in progress (call.start_ns != 0) with what the host did
  * for it so far, and the image the thread is doing direct I/O on. Task

@@ -369,9 +369,6 @@ volatile const u64 aio_complete_fn = 0;
 volatile const u64 io_uring_complete_fn = 0;
 volatile const u64 io_uring_iopoll_fn = 0;
 
-/* include/linux/sched.h: a kernel thread (kworkers completing direct I/O run file-system calls too). */
-#define PF_KTHREAD 0x00200000
-
 /*
  * Is the current thread the one to follow on this image: its VMM's, or,
  * for a disk without a known VMM, any process's but the exporter's own and

@@ -225,9 +225,23 @@ static __always_inline s64 followed_dev_slot(u32 dev)
 	return -1;
 }
 
-static __always_inline bool dev_followed(u32 dev)
+/*
+ * Device slot -> some bio on it was ever tagged in bio_owner (set by
+ * host_bio_queue and host_bio_split, never cleared). A completion on a
+ * device none of whose bios ever was looks no tag up: on a device of ext4
+ * or XFS images, whose direct I/O bios name their request, that is every
+ * completion, and bio_owner's lookup (a hash and a helper call per bio) was
+ * the dearest part of another file's writeback.
+ */
+u8 dev_tagged[MAX_DEVICES] = {};
+
+static __always_inline void mark_dev_tagged(s64 devslot)
 {
-	return followed_dev_slot(dev) >= 0;
+	u32 i = bounded(devslot, MAX_DEVICES - 1);
+
+	/* Written once: the test keeps the line shared between CPUs afterwards. */
+	if (!dev_tagged[i])
+		dev_tagged[i] = 1;
 }
 
 /*
@@ -256,13 +270,6 @@ static __always_inline u32 rq_index(struct request *rq, u32 dev)
 }
 
 /*
- * Whose is a page on its way to the device: a tracked image's (its disk slot
- * + 1 in *owner), file system metadata (the block device's own cache holds
- * ext4 metadata and jbd2 journal buffers; the Btrfs btree inode caches the
- * btrees), or other. The anonymous-page bit is tested on a probe-read copy:
- * the verifier forbids bit operations on a kernel pointer.
- */
-/*
  * The head page of a large folio, whose fields the page's are: a tail page's
  * mapping is a poison value (guest memory in transparent huge pages, large
  * page-cache folios of XFS and others).
@@ -275,27 +282,92 @@ static __always_inline struct page *head_page(struct page *page)
 	return (head & 1) ? (struct page *)(head - 1) : page;
 }
 
-static __always_inline u32 page_kind(struct page *page, u32 *owner)
+/*
+ * Whose is a page on its way to the device, from its inode (its mapping's
+ * host): a tracked image's (its disk slot + 1 in *owner), file system
+ * metadata (the block device's own cache holds ext4 metadata and jbd2
+ * journal buffers; the Btrfs btree inode caches the btrees), or other.
+ */
+static __always_inline u32 inode_kind(struct inode *host, u64 ino, u16 mode, u32 *owner)
 {
 	struct image_ref *img;
-	struct inode *host;
-	u64 mapping = 0, inode;
 
-	page = head_page(page);
-	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
-	if (!mapping || (mapping & PAGE_MAPPING_ANON))
+	/* Never a host, but image_of would match it with an empty place. */
+	if (!host)
 		return KIND_OTHER;
-	/* The head page is an address, not a pointer the verifier knows: probe reads. */
-	host = BPF_CORE_READ((struct address_space *)mapping, host);
-	inode = (u64)host;
-	img = image_of(inode, BPF_CORE_READ(host, i_ino));
+	img = image_of((u64)host, ino);
 	if (img) {
 		*owner = img->slot + 1;
 		return KIND_DATA;
 	}
-	if ((BPF_CORE_READ(host, i_mode) & S_IFMT) == S_IFBLK || BPF_CORE_READ(host, i_ino) == BTRFS_BTREE_INODE)
+	if ((mode & S_IFMT) == S_IFBLK || ino == BTRFS_BTREE_INODE)
 		return KIND_METADATA;
 	return KIND_OTHER;
+}
+
+/*
+ * A tail page's kind, from its head page: an address computed from the
+ * page's compound_head, not a pointer the verifier knows, so every field is
+ * a probe read.
+ */
+static __always_inline u32 tail_page_kind(u64 head, u32 *owner)
+{
+	struct page *page = (struct page *)head;
+	struct inode *host;
+	u64 mapping = 0;
+
+	bpf_probe_read_kernel(&mapping, sizeof(mapping), &page->mapping);
+	if (!mapping || (mapping & PAGE_MAPPING_ANON))
+		return KIND_OTHER;
+	host = BPF_CORE_READ((struct address_space *)mapping, host);
+	return inode_kind(host, BPF_CORE_READ(host, i_ino), BPF_CORE_READ(host, i_mode), owner);
+}
+
+/*
+ * The words of struct page from compound_head to mapping (on every kernel
+ * since v4.6 the page cache's mapping sits two words after the tail
+ * pages' compound_head, in the union after flags), read in one probe read.
+ */
+struct page_words {
+	u64 compound_head;
+	u64 pad;
+	u64 mapping;
+};
+
+/*
+ * The kind of a bio's page (inode_kind). The page is a pointer the verifier
+ * knows, loaded from the bio the block tracepoint gives: its mapping, the
+ * mapping's host and the host's fields are plain (fault-safe) loads, no
+ * helper call (it took six probe reads a page). Only compound_head and
+ * mapping are needed as numbers, for the tail bit and the anonymous bit,
+ * which the verifier forbids testing on the pointers it types them as (the
+ * union's first members at their offsets are lru and mapping): one probe
+ * read of both.
+ */
+static __always_inline u32 page_kind(struct page *page, u32 *owner)
+{
+	struct page_words w = {};
+	struct address_space *mapping;
+	struct inode *host;
+
+	if (bpf_core_field_offset(struct page, mapping) ==
+	    bpf_core_field_offset(struct page, compound_head) + offsetof(struct page_words, mapping)) {
+		bpf_probe_read_kernel(&w, sizeof(w), &page->compound_head);
+	} else {
+		bpf_probe_read_kernel(&w.compound_head, sizeof(w.compound_head), &page->compound_head);
+		bpf_probe_read_kernel(&w.mapping, sizeof(w.mapping), &page->mapping);
+	}
+	if (w.compound_head & 1)
+		return tail_page_kind(w.compound_head - 1, owner);
+	if (!w.mapping || (w.mapping & PAGE_MAPPING_ANON))
+		return KIND_OTHER;
+	mapping = page->mapping;
+	if (!mapping)
+		return KIND_OTHER;
+	host = mapping->host;
+	if (!host)
+		return KIND_OTHER;
+	return inode_kind(host, host->i_ino, host->i_mode, owner);
 }
 
 /* include/uapi/linux/magic.h: the file systems a VMM keeps shared guest memory on (memfd is tmpfs). */
@@ -402,7 +474,9 @@ int host_bio_queue(u64 *ctx)
 {
 	struct bio *bio = (void *)ctx[0];
 	u32 opf = bio->bi_opf;
+	struct task_struct *task;
 	struct io_task *t;
+	s64 devslot;
 	u64 key;
 
 	/*
@@ -410,7 +484,10 @@ int host_bio_queue(u64 *ctx)
 	 * of the host passes here, and a VMM thread also reads its own
 	 * binaries. A journal's commit for a flush is on the image's device.
 	 */
-	if (!bio->bi_bdev || !dev_followed(bio->bi_bdev->bd_dev))
+	if (!bio->bi_bdev)
+		return 0;
+	devslot = followed_dev_slot(bio->bi_bdev->bd_dev);
+	if (devslot < 0)
 		return 0;
 	/*
 	 * iomap's own direct I/O bios, the bulk of a cache=none disk's, leave
@@ -423,7 +500,13 @@ int host_bio_queue(u64 *ctx)
 	 */
 	if (iomap_dio_end_io_fn && (u64)bio->bi_end_io == iomap_dio_end_io_fn)
 		return 0;
-	t = bpf_task_storage_get(&io_tasks, bpf_get_current_task_btf(), 0, 0);
+	/*
+	 * Writeback and journal threads queue most of a device's other bios:
+	 * a kernel thread never has the storage (call.h PF_KTHREAD), whose
+	 * lookup it skips.
+	 */
+	task = bpf_get_current_task_btf();
+	t = (task->flags & PF_KTHREAD) ? NULL : bpf_task_storage_get(&io_tasks, task, 0, 0);
 	/*
 	 * A VMM thread's bio outside a call is its own queued direct I/O
 	 * (dio_owner: linux-aio, io_uring, iomap's begin in the tracepoint
@@ -451,6 +534,7 @@ int host_bio_queue(u64 *ctx)
 	    !(opf & REQ_FLAG(__REQ_META)) && bio->bi_iter.bi_size && (u64)bio->bi_end_io != iomap_dio_end_io_fn &&
 	    guest_memory_page(bio->bi_io_vec->bv_page)) {
 		key = (u64)bio;
+		mark_dev_tagged(devslot);
 		bpf_map_update_elem(&bio_owner, &key, &t->dio_owner, BPF_ANY);
 	}
 	return 0;
@@ -467,12 +551,18 @@ int host_bio_split(u64 *ctx)
 	struct bio *split = (void *)ctx[0];
 	u64 parent = (u64)split->bi_private, key = (u64)split;
 	u32 *owner;
+	s64 devslot;
 
-	if (!split->bi_bdev || !dev_followed(split->bi_bdev->bd_dev))
+	if (!split->bi_bdev)
+		return 0;
+	devslot = followed_dev_slot(split->bi_bdev->bd_dev);
+	if (devslot < 0)
 		return 0;
 	owner = bpf_map_lookup_elem(&bio_owner, &parent);
-	if (owner)
+	if (owner) {
+		mark_dev_tagged(devslot);
 		bpf_map_update_elem(&bio_owner, &key, owner, BPF_ANY);
+	}
 	return 0;
 }
 
@@ -540,7 +630,7 @@ static __always_inline u32 dio_bio_owner(struct bio *bio)
  * Classify a bio: whose data, or metadata, or other. covered: this
  * completion ends the bio, whose tag (if any) is then dropped.
  */
-static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covered)
+static __always_inline u32 classify_bio(struct bio *bio, u32 dev, u32 *owner, bool covered)
 {
 	u64 key = (u64)bio;
 	u32 kind, *dio;
@@ -558,12 +648,20 @@ static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covere
 	kind = bio_kind(bio, bio->bi_opf, owner);
 	if (kind != KIND_OTHER)
 		return kind;
-	/* Direct I/O pages are the VMM's memory: the bio names its request, or was tagged when queued. */
-	if (iomap_dio_end_io_fn) {
+	/*
+	 * Direct I/O pages are the VMM's memory: the bio names its request, or
+	 * was tagged when queued. iomap's own bios left above, so only a piece
+	 * split off one can still name its request: a bio ending in
+	 * bio_chain_endio (the first test of dio_bio_owner's walk, here without
+	 * its probe read).
+	 */
+	if (iomap_dio_end_io_fn && bio_chain_end_io_fn && (u64)bio->bi_end_io == bio_chain_end_io_fn) {
 		*owner = dio_bio_owner(bio);
 		if (*owner)
 			return KIND_DATA;
 	}
+	if (!dev_tagged[bounded(dev, MAX_DEVICES - 1)])
+		return KIND_OTHER;
 	dio = bpf_map_lookup_elem(&bio_owner, &key);
 	if (!dio)
 		return KIND_OTHER;
@@ -584,8 +682,8 @@ static __always_inline u32 classify_bio(struct bio *bio, u32 *owner, bool covere
  * the first bio's kind and owner, which the request and its latency count
  * under.
  */
-static __always_inline u32 charge_bios(struct device_counters *dc, struct request *rq, u32 dir, u32 nr_bytes,
-				       u32 *first_owner)
+static __always_inline u32 charge_bios(struct device_counters *dc, struct request *rq, u32 dev, u32 dir,
+				       u32 nr_bytes, u32 *first_owner)
 {
 	struct image_device_counters *ic;
 	struct bio *bio = rq->bio;
@@ -597,7 +695,7 @@ static __always_inline u32 charge_bios(struct device_counters *dc, struct reques
 		full = bio->bi_iter.bi_size;
 		size = full < nr_bytes && i < RQ_BIOS_CHARGED - 1 && bio->bi_next ? full : nr_bytes;
 		owner = 0;
-		kind = bounded(classify_bio(bio, &owner, full <= nr_bytes), KIND_SLOTS - 1);
+		kind = bounded(classify_bio(bio, dev, &owner, full <= nr_bytes), KIND_SLOTS - 1);
 		if (i == 0) {
 			first = kind;
 			*first_owner = owner;
@@ -675,7 +773,7 @@ int host_rq_complete(u64 *ctx)
 		inc(&dc->bytes[kind][dir], nr_bytes);
 	} else {
 		dir = op;
-		kind = charge_bios(dc, rq, dir, nr_bytes, &owner);
+		kind = charge_bios(dc, rq, dev, dir, nr_bytes, &owner);
 	}
 	if (kind >= KIND_MAX || !last)
 		return 0;

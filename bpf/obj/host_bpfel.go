@@ -132,6 +132,7 @@ const (
 	HostProgHostRqIssue      = "host_rq_issue"
 	HostProgHostXfsLogWrite  = "host_xfs_log_write"
 	HostVarBioChainEndIoFn   = "bio_chain_end_io_fn"
+	HostVarDevTagged         = "dev_tagged"
 	HostVarFollowedDevCount  = "followed_dev_count"
 	HostVarFollowedDevs      = "followed_devs"
 	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
@@ -214,6 +215,7 @@ type HostMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type HostVariableSpecs struct {
 	BioChainEndIoFn  *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
+	DevTagged        *ebpf.VariableSpec `ebpf:"dev_tagged"`
 	FollowedDevCount *ebpf.VariableSpec `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.VariableSpec `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
@@ -275,6 +277,7 @@ func (m *HostMaps) Close() error {
 // It can be passed to LoadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HostVariables struct {
 	BioChainEndIoFn  *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
+	DevTagged        *ebpf.Variable `ebpf:"dev_tagged"`
 	FollowedDevCount *ebpf.Variable `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.Variable `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
