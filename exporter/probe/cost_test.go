@@ -126,15 +126,7 @@ func (p *Probes) runStats(b *testing.B) map[string]ebpf.ProgramStats {
 func BenchmarkEngineCost(b *testing.B) {
 	fioCostModes(b, func(b *testing.B, p *Probes) {
 		f := followedExt4(b, p)
-		if err := f.Truncate(128 << 20); err != nil {
-			b.Fatal(err)
-		}
-		if err := p.SetVMM(3, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := p.SetProcesses(nil, true); err != nil {
-			b.Fatal(err)
-		}
+		followForAll(b, p, f, 128<<20)
 		for _, engine := range []string{"psync", "libaio", "io_uring"} {
 			b.Run(engine, func(b *testing.B) { engineCost(b, p, f.Name(), engine) })
 		}

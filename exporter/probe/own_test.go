@@ -197,7 +197,16 @@ func TestIOURingCounted(t *testing.T) {
 func trackForAll(t *testing.T, p *Probes, path string) *os.File {
 	t.Helper()
 	f := trackFile(t, p, path, 3)
-	if err := f.Truncate(16 << 20); err != nil {
+	followForAll(t, p, f, 16<<20)
+	return f
+}
+
+// followForAll sizes f, a file tracked as slot 3, and makes its disk one
+// without a known VMM, whose requests are followed from every process but
+// the loading one.
+func followForAll(t testing.TB, p *Probes, f *os.File, size int64) {
+	t.Helper()
+	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetVMM(3, 0); err != nil {
@@ -206,5 +215,4 @@ func trackForAll(t *testing.T, p *Probes, path string) *os.File {
 	if err := p.SetProcesses(nil, true); err != nil {
 		t.Fatal(err)
 	}
-	return f
 }
