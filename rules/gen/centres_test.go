@@ -10,7 +10,7 @@ import (
 // neither does the candidate with one guest file system's value widened to
 // a range, which the table's single coordinate cannot hold.
 func TestPointCentresChoice(t *testing.T) {
-	cand, live := thresholdsOf(t, "../classes-candidate.yaml"), thresholdsOf(t, "../classes.yaml")
+	cand, live := thresholdsOf(t, "../classes.yaml"), thresholdsOf(t, "../../tests/workload/testdata/classes-fitbase.yaml")
 	if !pointCentres(&cand.Model) {
 		t.Error("the candidate's centres are not taken as points")
 	}
@@ -43,9 +43,9 @@ func TestPointCentresChoice(t *testing.T) {
 // the scaled features and every centre before the distances that read
 // them, as Prometheus evaluates a group's rules in order.
 func TestPointRulesOrder(t *testing.T) {
-	th := thresholdsOf(t, "../classes-candidate.yaml")
+	th := thresholdsOf(t, "../classes.yaml")
 	o := committed
-	o.Classes = "../classes-candidate.yaml"
+	o.Classes = "../classes.yaml"
 	p, err := params(o)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func thresholdsOf(t *testing.T, path string) *Thresholds {
 // moves to Thanos Ruler.
 func TestCandidateFleetSplit(t *testing.T) {
 	o := committed
-	o.Classes = "../classes-candidate.yaml"
+	o.Classes = "../classes.yaml"
 	p, err := params(o)
 	if err != nil {
 		t.Fatal(err)

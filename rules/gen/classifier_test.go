@@ -271,7 +271,7 @@ var scoreOrderForTest = append(append([]string{}, classifier.Workloads...), clas
 // candidate's rules on those input series and must find, at 10m, the
 // features, distances, scores and confidence rules/classifier computes.
 func TestCandidateRulesMatchClassifier(t *testing.T) {
-	const path = "../classes-candidate.yaml"
+	const path = "../classes.yaml"
 	th, err := LoadThresholds(path)
 	if err != nil {
 		t.Fatal(err)

@@ -600,11 +600,11 @@ func TestLongWindowRead(t *testing.T) {
 // ranges per guest file system, a softmax and its temperature, a class's own
 // charge for a missing request size, each refused when malformed.
 func TestCandidateValidation(t *testing.T) {
-	base, err := os.ReadFile("../classes-candidate.yaml")
+	base, err := os.ReadFile("../classes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadThresholds("../classes-candidate.yaml"); err != nil {
+	if _, err := LoadThresholds("../classes.yaml"); err != nil {
 		t.Fatalf("committed candidate: %v", err)
 	}
 	for _, c := range []struct{ name, re, new string }{

@@ -19,7 +19,8 @@ import (
 )
 
 // The lab's recorded windows that are not the Filebench series (issue 37):
-// before the candidate replaces the live boxes, what each model does on the
+// what the live fitted model does on them beside the boxes it replaced (the
+// fit's base), on the
 // fio models, their held-out variants, the real programs, the workload
 // switch and the pair lab's runs, and what the lab tests and the demo that
 // assert a class would see. Paths are from the repository's root, as the
@@ -241,8 +242,8 @@ func syntheticObservations() []workload.Observation {
 	return out
 }
 
-// labEval is one source's windows classed by the live model and by the
-// candidate, window for window.
+// labEval is one source's windows classed by the boxes (Live: the model
+// live before the fit) and by the fitted model (Cand), window for window.
 type labEval struct {
 	Source     string
 	Live, Cand []workload.Evaluated
@@ -341,7 +342,7 @@ func byExpected(live, cand []workload.Evaluated) (classes []string, l, c map[str
 // wrong; then what the lab tests and the demo assert, on this evidence.
 func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labCheck) {
 	minConf := live.Settle.MinConfidence.V()
-	fmt.Fprintf(w, "Each cell is the live model → the candidate. *Settled* windows are the steady-state ones (a run's "+
+	fmt.Fprintf(w, "Each cell is the boxes the fit replaced (tests/workload/testdata/classes-fitbase.yaml) → the live fitted model (rules/classes.yaml). *Settled* windows are the steady-state ones (a run's "+
 		"window after its warm-up; for the switch, the windows that hold one workload's run alone): *right* counts "+
 		"those; the confidence columns count every window, as the Filebench tables do; *paired* is right at the "+
 		"gate's min_confidence (%.2g) or more, what gets a verdict; *verdict on a wrong class* counts settled windows "+
@@ -380,7 +381,7 @@ func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labC
 // either model got wrong: what each chose, at what confidence.
 func renderLabWrong(w io.Writer, evs []labEval) {
 	fmt.Fprintf(w, "\n#### Settled windows either model classes wrong, by source, workload and pair\n\n")
-	fmt.Fprintf(w, "| source | workload | pair | windows | live: chosen (confidence) | candidate: chosen (confidence) |\n|---|---|---|---:|---|---|\n")
+	fmt.Fprintf(w, "| source | workload | pair | windows | boxes: chosen (confidence) | live: chosen (confidence) |\n|---|---|---|---:|---|---|\n")
 	for _, ev := range evs {
 		type key struct{ workload, pair string }
 		var order []key
@@ -648,18 +649,18 @@ func renderChecks(w io.Writer, minConf float64, evs []labEval, checks []labCheck
 	}
 	fmt.Fprintf(w, "\n#### What the lab tests and the demo assert, on the recorded windows\n\n")
 	fmt.Fprintf(w, "Settled windows of the same job or program on the same pair and host settings; *paired* is right at %.2g or more (a verdict, the alert), counted where the test needs it.\n\n", minConf)
-	fmt.Fprintf(w, "| test | asserts | evidence | live model | candidate |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| test | asserts | evidence | boxes | live model |\n|---|---|---|---|---|\n")
 	for _, c := range checks {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.Where, c.Asserts, strings.Join(c.Sources, ", "),
 			runCheck(c, live, minConf).describe(c.AnyClass), runCheck(c, cand, minConf).describe(c.AnyClass))
 	}
 }
 
-// labReport classes every recorded non-Filebench window with the live
-// model (-classes) and the candidate (-candidate) and prints the tables;
+// labReport classes every recorded non-Filebench window with the fit's
+// base (-fit-base) and the live model (-classes) and prints the tables;
 // with -write it puts them in -rules-readme.
 func labReport(o *Options, stdout io.Writer) error {
-	text, err := labTables(".", o.Classes, o.Candidate, o.Fio)
+	text, err := labTables(".", o.FitBase, o.Classes, o.Fio)
 	if err != nil {
 		return err
 	}
@@ -670,18 +671,18 @@ func labReport(o *Options, stdout io.Writer) error {
 	return replaceBlock(o.RulesReadme, labBegin, labEnd, text)
 }
 
-// labTables renders the tables from the repository at root, with the live
-// model and the candidate at those paths (relative to the working
-// directory, as -classes and -candidate are) and the fio models' results
-// at fio (relative to root).
-func labTables(root, classes, candidate, fio string) (string, error) {
+// labTables renders the tables from the repository at root, with the
+// fit's base (the boxes) and the live model at those paths (relative to
+// the working directory, as -fit-base and -classes are) and the fio
+// models' results at fio (relative to root).
+func labTables(root, base, classes, fio string) (string, error) {
+	boxes, err := classifier.Load(base)
+	if err != nil {
+		return "", fmt.Errorf("load the fit's base: %w", err)
+	}
 	live, err := classifier.Load(classes)
 	if err != nil {
 		return "", fmt.Errorf("load the live model: %w", err)
-	}
-	cand, err := classifier.Load(candidate)
-	if err != nil {
-		return "", fmt.Errorf("load the candidate: %w", err)
 	}
 	srcs, err := labSources(root, fio)
 	if err != nil {
@@ -692,6 +693,6 @@ func labTables(root, classes, candidate, fio string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	renderLab(&b, live, evaluateLab(live, cand, srcs), labChecks(kdb))
+	renderLab(&b, live, evaluateLab(boxes, live, srcs), labChecks(kdb))
 	return b.String(), nil
 }
