@@ -621,8 +621,10 @@ func labChecks(kdb map[string]map[string]string) []labCheck {
 	out = append(out,
 		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-mail (mail.fio, btrfs/ext4/raw, cache none, aio native): mail, \"worst, site*\", FspairPoorPairing firing; no verdict on another class",
 			Sources: []string{"pair-lab"}, Match: is("btrfs/ext4/raw", workload.Mail), Paired: always, Forbid: anyOther},
-		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-web (its own fio command, xfs/ext4/raw): web, \"best, published\", no alert; no verdict on another class",
-			Sources: []string{"none recorded"}, Match: is("xfs/ext4/raw", workload.Web), Paired: always, Forbid: anyOther},
+		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-web (web.fio, xfs/ext4/raw, cache none, aio native): web, \"best, published\", no alert; no verdict on another class",
+			Sources: []string{"fio", "fio-guest", "pair-lab"}, Match: func(o workload.Observation) bool {
+				return strings.HasPrefix(o.Pair, "xfs/ext4/") && o.Truth == workload.Web
+			}, Paired: always, Forbid: anyOther},
 		labCheck{Where: "tests/alerting TestAlertPath (make test, synthetic)", Asserts: "mail-worst (xfs/btrfs): mail, FspairPoorPairing delivered; mail-best (ext4/ext4): classed mail",
 			Sources: []string{"synthetic"}, Match: is2("xfs/btrfs/raw", "ext4/ext4/raw", workload.Mail), Paired: own, Forbid: other},
 		labCheck{Where: "dashboards prom_test (make test, synthetic)", Asserts: "both mail disks: a pair verdict (domain_disk:fspair_pair_verdict:info)",
