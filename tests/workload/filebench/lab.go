@@ -310,8 +310,8 @@ func tally(n map[string]int) string {
 	return countText(n)
 }
 
-// versus writes a live and a candidate figure of the same windows side by
-// side, "live → candidate".
+// versus writes the boxes' and the fitted model's figure of the same
+// windows side by side, "boxes → fitted".
 func versus(live, cand string) string { return live + " → " + cand }
 
 func frac(n, d int) string {
@@ -337,8 +337,8 @@ func byExpected(live, cand []workload.Evaluated) (classes []string, l, c map[str
 	return classes, l, c
 }
 
-// renderLab writes the tables: per source and class, the live model's
-// figures beside the candidate's; then every group of windows either got
+// renderLab writes the tables: per source and class, the boxes'
+// figures beside the fitted model's; then every group of windows either got
 // wrong; then what the lab tests and the demo assert, on this evidence.
 func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labCheck) {
 	minConf := live.Settle.MinConfidence.V()
