@@ -133,13 +133,13 @@ func TestRenderFit(t *testing.T) {
 	}
 }
 
-// roundTripModel is the fit's base with what only a fitted model
+// roundTripModel is the live model with what only a fitted model
 // has: a softmax, a temperature, a confidence, centres with guest file
 // system centres, missing charges and other centres of their own, and
 // sources with what YAML would read otherwise unquoted (": ", " #").
 func roundTripModel(t *testing.T) *classifier.Model {
 	t.Helper()
-	m := fitBase(t).Model
+	m := liveClassifier(t).Model
 	tv := 0.25
 	m.Softmax = &classifier.Softmax{Over: classifier.OverDistance, Source: "fitted: the distances # not their squares"}
 	m.Temperature = &classifier.Bonus{Value: &tv, Source: "fitted with the softmax (see there)"}
