@@ -127,12 +127,16 @@ walk_rc=0
 
 # The rows of the demo's table of conclusions that must show (the unit
 # tests in tests/demo check the same patterns against the table's code).
-mail_re='^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)'
+# The alerts cell names the runbook when the line has room for it (a wide
+# class cell, "web (unsure)", leaves it the alert's name only); the alert's
+# own line under the table always names it (alert_re).
+mail_re='^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing( \(runbooks/FspairPoorPairing\.md\))?$'
+alert_re='^demo: alert FspairPoorPairing firing on demo-mail/vda, active since [0-9:]+: runbooks/FspairPoorPairing\.md$'
 web_re='^demo-web/vda +(web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+|web \(unsure\) +[0-9.]+ +xfs/ext4 raw +- +([0-9.]+|-)) +-$'
 note='  * demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict.'
 last_row() { grep -E "^$1 " "$log" | tail -n 1; }
 shown() {
-	last_row demo-mail/vda | grep -qE "$mail_re" && last_row demo-web/vda | grep -qE "$web_re" &&
+	last_row demo-mail/vda | grep -qE "$mail_re" && last_row demo-web/vda | grep -qE "$web_re" && grep -qE "$alert_re" "$log" &&
 		grep -qxF -- "$note" "$log" && grep -q '^demo: report: the live fleet' "$log"
 }
 if [ "$walk_rc" = 0 ]; then
@@ -168,6 +172,7 @@ mail_row=$(last_row demo-mail/vda) || { echo "demo-smoke: no row of conclusions 
 web_row=$(last_row demo-web/vda) || { echo "demo-smoke: no row of conclusions for demo-web/vda"; exit 1; }
 grep -qE "$mail_re" <<<"$mail_row" || { echo "demo-smoke: demo-mail/vda's last row is not mail on btrfs/ext4, worst (site, marked: the published verdict differs), with FspairPoorPairing firing: $mail_row"; exit 1; }
 grep -qxF -- "$note" "$log" || { echo "demo-smoke: the demo did not print, under its table, the note: $note"; exit 1; }
+grep -qE "$alert_re" "$log" || { echo "demo-smoke: the demo did not print FspairPoorPairing firing on demo-mail/vda with its runbook"; exit 1; }
 grep -qE "$web_re" <<<"$web_row" || { echo "demo-smoke: demo-web/vda's last row is not web on xfs/ext4, best (published) or unsure without a verdict, without alerts: $web_row"; exit 1; }
 
 # A class still settling shows as such, without a verdict; no row shows
