@@ -80,6 +80,7 @@ func run() int {
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
 		guestStats   = app.Flag("guest.stats", "Read each disk's guest side (QEMU's query-blockstats, through libvirt or a QMP monitor) in the background.").Default("true").Bool()
 		guestEvery   = app.Flag("guest.interval", "How often the guest side is read.").Default("5s").Duration()
+		guestHist    = app.Flag("guest.histograms", "Set QEMU's guest latency histograms (block-latency-histogram-set, on fspair's log2 bounds) on the disks of plain QEMU VMs read over QMP, and export them as fspair_disk_guest_request_duration_seconds. Off, only histograms already there on fspair's bounds are read. libvirt domains are never touched: their histograms come from libvirt 12.1's statistics when the domain's XML asks for them (README, \"Guest side\").").Default("true").Bool()
 		guestTO      = app.Flag("guest.timeout", "Deadline for each QMP session and each libvirt statistics call; a VMM that does not answer in time keeps its last values and counts a failure.").Default("2s").Duration()
 		memLimit     = app.Flag("memory-limit", "The Go runtime's soft memory limit: the garbage collector runs more often as the heap nears it, trading CPU for memory. "+
 			"auto (the default): GOMEMLIMIT if set, else 90% of the memory limit of the exporter's cgroup (systemd's MemoryMax=), else none; off: none; "+
@@ -232,9 +233,10 @@ func run() int {
 	var guestSrc collector.GuestSource
 	var poller *guest.Poller
 	if *guestStats {
-		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger}
+		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger, SetHistograms: *guestHist}
 		if *useLibvirt {
 			gopts.Libvirt = disc.LibvirtBlockStats
+			gopts.LibvirtVersion = disc.LibvirtVersion
 		}
 		poller = guest.New(inv, gopts)
 		guestSrc = poller

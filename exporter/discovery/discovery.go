@@ -206,6 +206,16 @@ func (d *Discoverer) LibvirtBlockStats(ctx context.Context) ([]libvirt.DomainSta
 	return d.libvirt.blockStats(ctx)
 }
 
+// LibvirtVersion is the version of libvirt the libvirt source talks to
+// (major*1,000,000 + minor*1,000 + release), 0 while unknown: it is asked
+// with the block statistics.
+func (d *Discoverer) LibvirtVersion() uint64 {
+	if d.libvirt == nil {
+		return 0
+	}
+	return d.libvirt.version.Load()
+}
+
 // Close releases the libvirt connection.
 func (d *Discoverer) Close() error {
 	if d.libvirt != nil {

@@ -163,6 +163,8 @@ type libvirtSource struct {
 
 	sem  chan struct{} // one query at a time
 	conn *libvirtConn  // nil when disconnected; guarded by sem
+	// version is libvirt's (virConnectGetLibVersion), 0 until known.
+	version atomic.Uint64
 }
 
 type libvirtConn struct {
@@ -338,6 +340,16 @@ func (s *libvirtSource) blockStats(ctx context.Context) (recs []libvirt.DomainSt
 		recs, lerr = l.ConnectGetAllDomainStats(nil, uint32(libvirt.DomainStatsBlock), uint32(libvirt.ConnectGetAllDomainsStatsActive))
 		if lerr != nil {
 			return fmt.Errorf("get domain block statistics: %w", lerr)
+		}
+		// Which statistics libvirt can give (latency histograms from
+		// 12.1) follows its version: asked until known. A libvirtd
+		// that does not answer it leaves the version unknown; the
+		// statistics stand.
+		if s.version.Load() == 0 {
+			arm()
+			if v, err := l.ConnectGetLibVersion(); err == nil {
+				s.version.Store(v)
+			}
 		}
 		return nil
 	})

@@ -19,7 +19,10 @@ type fakeLibvirtd struct {
 	domains []fakeDomain
 	// hang makes the server read calls but never answer, like a libvirtd
 	// stuck on a lock.
-	hang    atomic.Bool
+	hang atomic.Bool
+	// version answers virConnectGetLibVersion; 0 refuses it, as a
+	// procedure the server does not know.
+	version atomic.Uint64
 	accepts atomic.Int32
 	calls   atomic.Int32
 	mu      sync.Mutex
@@ -49,6 +52,7 @@ const (
 	procAuthList              = 66
 	procConnectListAllDomains = 273
 	procConnectGetAllDomStats = 344
+	procConnectGetLibVersion  = 157
 	remoteProgram             = 0x20008086
 	virErrNoDomain            = 42
 )
@@ -149,6 +153,13 @@ func (f *fakeLibvirtd) handle(c net.Conn) {
 					}
 				}
 			}
+		case procConnectGetLibVersion:
+			if f.version.Load() == 0 {
+				status, out = 1, remoteError(1, "unknown procedure")
+				break
+			}
+			v := f.version.Load()
+			out = out.u32(uint32(v >> 32)).u32(uint32(v))
 		case procDomainGetXMLDesc:
 			l := binary.BigEndian.Uint32(body[0:4])
 			name := string(body[4 : 4+l])

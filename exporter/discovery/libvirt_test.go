@@ -201,6 +201,18 @@ func TestLibvirtBlockStats(t *testing.T) {
 	if n := f.accepts.Load(); n != 1 {
 		t.Errorf("%d connections for discovery and statistics, want 1", n)
 	}
+	// A libvirtd that does not answer virConnectGetLibVersion: unknown,
+	// the statistics still read, the connection kept.
+	if v := d.LibvirtVersion(); v != 0 {
+		t.Errorf("version %d from a libvirtd that refused it", v)
+	}
+	f.version.Store(9_000_000)
+	if _, err := d.LibvirtBlockStats(context.Background()); err != nil || d.LibvirtVersion() != 9_000_000 {
+		t.Errorf("version %d (%v), want 9000000", d.LibvirtVersion(), err)
+	}
+	if n := f.accepts.Load(); n != 1 {
+		t.Errorf("%d connections after the version call, want 1", n)
+	}
 
 	f.hang.Store(true)
 	start := time.Now()

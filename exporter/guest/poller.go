@@ -41,6 +41,13 @@ type Options struct {
 	// Libvirt reads libvirt's statistics; nil when the libvirt source is
 	// off, and then libvirt domains have no guest side.
 	Libvirt LibvirtStats
+	// SetHistograms sets guest latency histograms over QMP on the devices
+	// that lack them (block-latency-histogram-set); false only reads those
+	// someone else set on fspair's bounds.
+	SetHistograms bool
+	// LibvirtVersion is libvirt's version (major*1,000,000 +
+	// minor*1,000 + release), 0 while unknown; nil when unknown.
+	LibvirtVersion func() uint64
 	// MaxSessions bounds the QMP sessions open at once
 	// (DefaultMaxSessions if zero).
 	MaxSessions int
@@ -78,6 +85,7 @@ type Poller struct {
 type vmState struct {
 	next    int // index in the disk's QMP sockets
 	failing bool
+	hist    *histSetter
 }
 
 // diskKey identifies a disk across rounds: its labels and its VMM.
@@ -122,9 +130,9 @@ func (p *Poller) Status(d *inventory.Disk) Status {
 	}
 	// Not yet seen by a round (discovered since): no values yet.
 	if src := sourceOf(d); src != SourceNone {
-		return Status{Source: src, Status: StatusUnreachable}
+		return Status{Source: src, Status: StatusUnreachable, Histogram: HistogramNone}
 	}
-	return Status{Source: SourceNone, Status: noneStatus(d)}
+	return Status{Source: SourceNone, Status: noneStatus(d), Histogram: HistogramNone}
 }
 
 // Stats returns the counts of reads so far.
@@ -195,6 +203,7 @@ type result struct {
 	err    bool // its source failed this round
 	found  bool
 	stats  Stats
+	hist   string // histogram label, when found
 	at     time.Time
 }
 
@@ -250,7 +259,7 @@ func (p *Poller) Poll(ctx context.Context) {
 	for _, k := range vmOrder {
 		st := p.vms[k]
 		if st == nil {
-			st = &vmState{}
+			st = &vmState{hist: &histSetter{enabled: p.opts.SetHistograms, refused: map[string]refusal{}, log: p.log.Warn}}
 			p.vms[k] = st
 		}
 		idx := vms[k]
@@ -307,6 +316,10 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 	}
 	p.libvirtFail = false
 	doms := parseLibvirtStats(recs)
+	var version uint64
+	if p.opts.LibvirtVersion != nil {
+		version = p.opts.LibvirtVersion()
+	}
 	for _, i := range idx {
 		d := &disks[i]
 		for j := range doms {
@@ -314,8 +327,9 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 			if (d.UUID != "" && dom.uuid != d.UUID) || (d.UUID == "" && dom.name != d.Domain) {
 				continue
 			}
-			if s, ok := dom.find(d.TargetDevice, d.SourceFile); ok {
-				results[i].stats, results[i].found, results[i].at = s, true, at
+			if x := dom.find(d.TargetDevice, d.SourceFile); x != nil {
+				results[i].stats, results[i].found, results[i].at = x.stats, true, at
+				results[i].hist = x.histogramLabel(version)
 			}
 			break
 		}
@@ -334,12 +348,12 @@ func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk
 	sock := socks[st.next]
 	vd := make([]*vmDisk, len(idx))
 	for j, i := range idx {
-		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats}
+		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats, hist: &results[i].hist}
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	deadline, _ := cctx.Deadline()
-	err := readQMP(cctx, sock, deadline, vd, p.opts.ProcRoot, first.PID)
+	err := readQMP(cctx, sock, deadline, vd, p.opts.ProcRoot, first.PID, st.hist)
 	at := time.Now()
 	if err != nil {
 		for _, i := range idx {
@@ -357,7 +371,7 @@ func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk
 	}
 	st.failing = false
 	for j, i := range idx {
-		results[i].found, results[i].at = vd[j].found, at
+		results[i].found, results[i].at = vd[j].entry != nil, at
 	}
 	return false
 }
@@ -382,14 +396,17 @@ func (p *Poller) publish(disks []inventory.Disk, results []result, polls, errs m
 			// A failed read leaves the last values, from the same
 			// source.
 			if had && prev.Reading != nil && prev.Source == r.source {
-				s.Reading, s.Status = prev.Reading, StatusStale
+				s.Reading, s.Status, s.Histogram = prev.Reading, StatusStale, prev.Histogram
 			} else {
 				s.Status = StatusUnreachable
 			}
 		case r.found:
-			s.Reading, s.Status = &Reading{Stats: r.stats, At: r.at}, StatusOK
+			s.Reading, s.Status, s.Histogram = &Reading{Stats: r.stats, At: r.at}, StatusOK, r.hist
 		default:
 			s.Status = StatusNoDevice
+		}
+		if s.Histogram == "" {
+			s.Histogram = HistogramNone
 		}
 		next[k] = s
 	}
