@@ -142,7 +142,7 @@ func (f *fakeQMP) blockstatsReply() []map[string]any {
 	return out
 }
 
-func startFakeQMP(t *testing.T, dir, name string) *fakeQMP {
+func startFakeQMP(t testing.TB, dir, name string) *fakeQMP {
 	t.Helper()
 	f := &fakeQMP{path: filepath.Join(dir, name)}
 	ln, err := net.Listen("unix", f.path)
