@@ -673,7 +673,9 @@ func TestPollQMPHistogramRefused(t *testing.T) {
 	dir := t.TempDir()
 	q := startFakeQMP(t, dir, "old.qmp")
 	q.set([]map[string]any{{"device": "drive-vd1", "qdev": dev, "stats": qemuStats(0)}}, nil)
+	q.mu.Lock()
 	q.refuse = "CommandNotFound"
+	q.mu.Unlock()
 	inv := &fakeInv{disks: []inventory.Disk{disk("vm", "vd1", "/img/a", 0, discovery.SourceQEMU, q.path)}}
 	p := New(inv, Options{Timeout: time.Second, SetHistograms: true})
 	for range 3 {
@@ -688,7 +690,9 @@ func TestPollQMPHistogramRefused(t *testing.T) {
 
 	q2 := startFakeQMP(t, dir, "other.qmp")
 	q2.set([]map[string]any{{"device": "drive-vd1", "qdev": dev, "stats": qemuStats(0)}}, nil)
+	q2.mu.Lock()
 	q2.hists = map[string]map[string]*fakeHist{dev: {"rd_latency_histogram": {bounds: []uint64{10, 50, 100}, bins: []uint64{1, 2, 3, 4}}}}
+	q2.mu.Unlock()
 	inv2 := &fakeInv{disks: []inventory.Disk{disk("vm2", "vd1", "/img/a", 0, discovery.SourceQEMU, q2.path)}}
 	p2 := New(inv2, Options{Timeout: time.Second, SetHistograms: true})
 	p2.Poll(context.Background())
