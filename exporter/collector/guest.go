@@ -25,7 +25,7 @@ var (
 			"libvirt_monitor (libvirt's QEMU, libvirt not reporting it: fspair never uses libvirt's monitor); "+
 			"histogram=ok (fspair_disk_guest_request_duration_seconds has the disk's read, write and flush), not_set (none yet: over QMP fspair has just set them; "+
 			"from libvirt the domain's XML asks for none), refused (QEMU refused block-latency-histogram-set: before 4.0, or a drive without a guest device), "+
-			"other_bounds (set by someone else on other bounds: left alone, not exported), libvirt_too_old (libvirt before 12.1 has none; fspair does not use its monitor), "+
+			"other_bounds (set by someone else on other bounds: left alone, not exported), libvirt_too_old (libvirt before 12.1 has none, and --guest.libvirt-monitor-histograms is off), "+
 			"none (no guest values). Always 1.",
 		"source", "status", "histogram")
 	guestRequests = diskDesc("guest_requests_total",

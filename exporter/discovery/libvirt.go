@@ -3,6 +3,7 @@ package discovery
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -354,6 +355,40 @@ func (s *libvirtSource) blockStats(ctx context.Context) (recs []libvirt.DomainSt
 		return nil
 	})
 	return recs, err
+}
+
+// monitorCommand runs a QMP command on a domain's QEMU through libvirt's
+// pass-through: the domain looked up by UUID, then
+// virDomainQemuMonitorCommand.
+func (s *libvirtSource) monitorCommand(ctx context.Context, uuid, command string) (out string, err error) {
+	u, err := parseUUID(uuid)
+	if err != nil {
+		return "", err
+	}
+	err = s.do(ctx, func(l *libvirt.Libvirt, arm func()) error {
+		arm()
+		dom, err := l.DomainLookupByUUID(u)
+		if err != nil {
+			return fmt.Errorf("look up domain %s: %w", uuid, err)
+		}
+		arm()
+		if out, err = l.QEMUDomainMonitorCommand(dom, command, 0); err != nil {
+			return fmt.Errorf("monitor command on domain %s: %w", uuid, err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// parseUUID reads a UUID written as libvirt writes it (8-4-4-4-12 hex).
+func parseUUID(s string) (libvirt.UUID, error) {
+	var u libvirt.UUID
+	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	if err != nil || len(b) != len(u) {
+		return u, fmt.Errorf("domain uuid %q: not a UUID", s)
+	}
+	copy(u[:], b)
+	return u, nil
 }
 
 // list fetches the XML of every running domain, calling arm before each

@@ -1,6 +1,9 @@
 package guest
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -238,4 +241,47 @@ func formatUUID(b libvirt.UUID) string {
 		out = append(out, hex[c>>4], hex[c&15])
 	}
 	return string(out)
+}
+
+// LibvirtMonitor runs a QMP command on a libvirt domain's QEMU through
+// libvirt's monitor pass-through (virDomainQemuMonitorCommand, what virsh
+// qemu-monitor-command does) and returns QEMU's reply as libvirt passes it
+// on (discovery.Discoverer.LibvirtMonitorCommand). libvirt marks a domain
+// so used as tainted (custom-monitor): fspair uses it only when the
+// operator asks (--guest.libvirt-monitor-histograms).
+type LibvirtMonitor func(ctx context.Context, uuid, command string) (string, error)
+
+// libvirtMonitor is the monitor of one domain through LibvirtMonitor.
+type libvirtMonitor struct {
+	ctx  context.Context
+	uuid string
+	run  LibvirtMonitor
+}
+
+func (m *libvirtMonitor) executeArgs(command string, args any) (json.RawMessage, error) {
+	req, err := json.Marshal(struct {
+		Execute   string `json:"execute"`
+		Arguments any    `json:"arguments,omitempty"`
+	}{command, args})
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", command, err)
+	}
+	out, err := m.run(m.ctx, m.uuid, string(req))
+	if err != nil {
+		return nil, fmt.Errorf("%s through libvirt: %w", command, err)
+	}
+	var reply struct {
+		Return json.RawMessage `json:"return"`
+		Error  *struct {
+			Class string `json:"class"`
+			Desc  string `json:"desc"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &reply); err != nil {
+		return nil, fmt.Errorf("%s through libvirt: decode reply: %w", command, err)
+	}
+	if reply.Error != nil {
+		return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
+	}
+	return reply.Return, nil
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// that lack them (block-latency-histogram-set); false only reads those
 	// someone else set on fspair's bounds.
 	SetHistograms bool
+	// LibvirtMonitor, when set, sets and reads the latency histograms of
+	// libvirt domains' disks through libvirt's monitor pass-through,
+	// which taints the domains: nil (the default) never does.
+	LibvirtMonitor LibvirtMonitor
 	// LibvirtVersion is libvirt's version (major*1,000,000 +
 	// minor*1,000 + release), 0 while unknown; nil when unknown.
 	LibvirtVersion func() uint64
@@ -76,6 +80,9 @@ type Poller struct {
 	// next and whether it was failing; touched by rounds only.
 	vms         map[string]*vmState
 	libvirtFail bool
+	// lvHist remembers, per libvirt domain (uuid) whose histograms go
+	// through LibvirtMonitor, the devices that refused them.
+	lvHist map[string]*histSetter
 
 	mu     sync.RWMutex
 	status map[diskKey]Status
@@ -116,7 +123,7 @@ func New(inv DiskLister, opts Options) *Poller {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Poller{inv: inv, opts: opts, log: log, vms: map[string]*vmState{}, status: map[diskKey]Status{},
+	return &Poller{inv: inv, opts: opts, log: log, vms: map[string]*vmState{}, lvHist: map[string]*histSetter{}, status: map[diskKey]Status{},
 		stats: PollStats{Polls: map[string]uint64{}, Errors: map[string]uint64{}}}
 }
 
@@ -334,7 +341,64 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 			break
 		}
 	}
+	if p.opts.LibvirtMonitor != nil {
+		p.libvirtHistograms(ctx, disks, idx, results)
+	}
 	return false
+}
+
+// libvirtHistograms reads, through libvirt's monitor pass-through, the
+// latency histograms libvirt's statistics did not give (libvirt before
+// 12.1, or a domain whose XML asks for none), setting the absent ones as
+// readQMP does: one query-blockstats per such domain and round, matched
+// by image file. A domain the pass-through fails for keeps what libvirt's
+// statistics gave.
+func (p *Poller) libvirtHistograms(ctx context.Context, disks []inventory.Disk, idx []int, results []result) {
+	byDomain := map[string][]int{}
+	var order []string
+	for _, i := range idx {
+		r := &results[i]
+		if !r.found || r.hist == HistogramOK || r.hist == HistogramOtherBounds || disks[i].UUID == "" {
+			continue
+		}
+		u := disks[i].UUID
+		if _, ok := byDomain[u]; !ok {
+			order = append(order, u)
+		}
+		byDomain[u] = append(byDomain[u], i)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	for _, u := range order {
+		hs := p.lvHist[u]
+		if hs == nil {
+			hs = &histSetter{enabled: true, refused: map[string]refusal{}, log: p.log.Warn}
+			p.lvHist[u] = hs
+		}
+		ids := byDomain[u]
+		got := make([]Stats, len(ids))
+		labels := make([]string, len(ids))
+		vd := make([]*vmDisk, len(ids))
+		for j, i := range ids {
+			vd[j] = &vmDisk{file: disks[i].SourceFile, out: &got[j], hist: &labels[j]}
+		}
+		first := &disks[ids[0]]
+		m := &libvirtMonitor{ctx: cctx, uuid: u, run: p.opts.LibvirtMonitor}
+		if err := readMonitor(m, "libvirt domain "+first.Domain, vd, p.opts.ProcRoot, first.PID, hs); err != nil {
+			p.log.Debug("guest histograms through libvirt's monitor failing", "domain", first.Domain, "err", err)
+			continue
+		}
+		for j, i := range ids {
+			if vd[j].entry != nil {
+				results[i].stats.Latency, results[i].hist = got[j].Latency, labels[j]
+			}
+		}
+	}
+	for u := range p.lvHist {
+		if _, ok := byDomain[u]; !ok {
+			delete(p.lvHist, u)
+		}
+	}
 }
 
 // readVM reads one VM over QMP, trying its next socket; on failure the

@@ -775,3 +775,101 @@ func TestPollLibvirtHistograms(t *testing.T) {
 		}
 	}
 }
+
+// passThrough is libvirt's monitor pass-through to a fake QEMU: the
+// command as libvirt takes it (a QMP command object), QEMU's reply object
+// as libvirt returns it.
+func passThrough(t *testing.T, q *fakeQMP, calls *atomic.Int32, wantUUID string) LibvirtMonitor {
+	return func(ctx context.Context, uuid, command string) (string, error) {
+		calls.Add(1)
+		if uuid != wantUUID {
+			t.Errorf("pass-through to domain %s, want %s", uuid, wantUUID)
+		}
+		var req struct {
+			Execute   string         `json:"execute"`
+			Arguments map[string]any `json:"arguments"`
+		}
+		if err := json.Unmarshal([]byte(command), &req); err != nil {
+			return "", err
+		}
+		s, err := dialQMP(ctx, q.path, time.Now().Add(time.Second))
+		if err != nil {
+			return "", err
+		}
+		defer s.close()
+		var args any
+		if req.Arguments != nil {
+			args = req.Arguments
+		}
+		ret, err := s.executeArgs(req.Execute, args)
+		var reply any = map[string]any{"return": ret, "id": "libvirt-7"}
+		var qe *qmpError
+		if errors.As(err, &qe) {
+			reply = map[string]any{"error": map[string]any{"class": qe.Class, "desc": qe.Desc}, "id": "libvirt-7"}
+		} else if err != nil {
+			return "", err
+		}
+		b, _ := json.Marshal(reply)
+		return string(b), nil
+	}
+}
+
+// TestPollLibvirtMonitorHistograms: with LibvirtMonitor (the operator's
+// --guest.libvirt-monitor-histograms), a libvirt domain whose statistics
+// have no histograms (libvirt 9.0) gets them set and read through
+// libvirt's pass-through, matched by image file, the counters still from
+// libvirt's statistics; without it the pass-through is never used.
+func TestPollLibvirtMonitorHistograms(t *testing.T) {
+	const dev = "/machine/peripheral/virtio-disk0/virtio-backend"
+	const uuid = "8f4b2c1e-5d3a-4e6f-9a8b-7c6d5e4f3a2b"
+	dir := t.TempDir()
+	img := filepath.Join(dir, "web01.qcow2")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := startFakeQMP(t, dir, "libvirt-monitor.sock")
+	q.set([]map[string]any{{"device": "", "qdev": dev, "node-name": "libvirt-1-format", "stats": qemuStats(0)}},
+		[]map[string]any{{"device": "", "qdev": dev, "inserted": map[string]any{"file": img, "node-name": "libvirt-1-format", "image": map[string]any{"filename": img}}}})
+	recs := []libvirt.DomainStatsRecord{{
+		Dom: libvirt.Domain{Name: "web01", UUID: libvirt.UUID{0x8f, 0x4b, 0x2c, 0x1e, 0x5d, 0x3a, 0x4e, 0x6f, 0x9a, 0x8b, 0x7c, 0x6d, 0x5e, 0x4f, 0x3a, 0x2b}},
+		Params: []libvirt.TypedParam{typed("block.count", uint64(1)), typed("block.0.name", "vda"), typed("block.0.path", img),
+			typed("block.0.rd.reqs", uint64(12485))},
+	}}
+	d := disk("web01", "vda", img, 4242, discovery.SourceLibvirt)
+	d.UUID = uuid
+	inv := &fakeInv{disks: []inventory.Disk{d}}
+	lv := func(context.Context) ([]libvirt.DomainStatsRecord, error) { return recs, nil }
+	version := func() uint64 { return 9_000_000 }
+
+	var calls atomic.Int32
+	p := New(inv, Options{Timeout: time.Second, Libvirt: lv, LibvirtVersion: version, LibvirtMonitor: passThrough(t, q, &calls, uuid)})
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Histogram != HistogramNotSet {
+		t.Fatalf("round 1: %+v, want ok, not_set", s)
+	}
+	if q.count("block-latency-histogram-set") != 1 || q.setArgs[0]["id"] != dev {
+		t.Fatalf("set %d times, arguments %v; want once on %s", q.count("block-latency-histogram-set"), q.setArgs, dev)
+	}
+	q.complete(dev, "read", 1500, false)
+	q.complete(dev, "read", 3000, true)
+	p.Poll(context.Background())
+	s := p.Status(&inv.disks[0])
+	var want [LatencySlots]uint64
+	want[1], want[2] = 1, 1 // 1.5 us in (1, 2] us, 3 us in (2, 4] us
+	if s.Histogram != HistogramOK || s.Reading.Stats.Latency[OpRead].Bins != want || !s.Reading.Stats.Latency[OpRead].OK {
+		t.Errorf("round 2: %s %v, want ok %v", s.Histogram, s.Reading.Stats.Latency[OpRead], want)
+	}
+	if r := s.Reading.Stats.Requests[OpRead]; r != set(12485) {
+		t.Errorf("read requests %+v, want libvirt's 12485", r)
+	}
+	if n := q.count("block-latency-histogram-set"); n != 1 {
+		t.Errorf("set %d times, want once", n)
+	}
+
+	calls.Store(0)
+	p = New(inv, Options{Timeout: time.Second, Libvirt: lv, LibvirtVersion: version})
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Histogram != HistogramLibvirtTooOld || calls.Load() != 0 {
+		t.Errorf("without the pass-through: %s, %d calls; want libvirt_too_old, none", s.Histogram, calls.Load())
+	}
+}

@@ -322,7 +322,21 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 		return err
 	}
 	defer s.close()
-	raw, err := s.execute("query-blockstats")
+	return readMonitor(s, path, disks, procRoot, pid, hs)
+}
+
+// monitor runs QMP commands: a QMP session of fspair's own, or libvirt's
+// pass-through to its monitor (libvirtMonitor).
+type monitor interface {
+	// executeArgs runs a command (args nil for none) and returns its
+	// "return" value; QEMU's refusal is a *qmpError.
+	executeArgs(command string, args any) (json.RawMessage, error)
+}
+
+// readMonitor is readQMP on a monitor already open; path names it in
+// errors.
+func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid int, hs *histSetter) error {
+	raw, err := s.executeArgs("query-blockstats", nil)
 	if err != nil {
 		return fmt.Errorf("qmp %s: %w", path, err)
 	}
@@ -370,8 +384,8 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 
 // matchByImage finds the disks not matched by target through query-block,
 // by their image file.
-func matchByImage(s *qmpSession, path string, disks []*vmDisk, byID map[string]*blockstatsEntry, procRoot string, pid int) error {
-	raw, err := s.execute("query-block")
+func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*blockstatsEntry, procRoot string, pid int) error {
+	raw, err := s.executeArgs("query-block", nil)
 	if err != nil {
 		return fmt.Errorf("qmp %s: %w", path, err)
 	}
@@ -402,7 +416,7 @@ func matchByImage(s *qmpSession, path string, disks []*vmDisk, byID map[string]*
 // and returns the disk's histogram label: not_set when QEMU took them (the
 // next read has them), refused when it did not. Histograms already there
 // are left as they are: setting one empties it.
-func (hs *histSetter) set(s *qmpSession, e *blockstatsEntry, kinds *[NumOps]histKind) string {
+func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind) string {
 	if !hs.enabled {
 		return HistogramNotSet
 	}

@@ -72,8 +72,9 @@ const (
 	// fspair's buckets.
 	HistogramOtherBounds = "other_bounds"
 	// HistogramLibvirtTooOld: a libvirt domain, libvirt older than 12.1
-	// (no histograms in its statistics); fspair does not use libvirt's
-	// monitor to set or read them.
+	// (no histograms in its statistics), and fspair not allowed to use
+	// libvirt's monitor pass-through (Options.LibvirtMonitor) to set and
+	// read them.
 	HistogramLibvirtTooOld = "libvirt_too_old"
 	// HistogramNone: no guest values at all (the status says why).
 	HistogramNone = "none"
