@@ -50,3 +50,12 @@ func usageError(t *testing.T, arg string, wants ...string) {
 func TestHistogramsFlag(t *testing.T) {
 	usageError(t, "--histograms=nativ", "histograms", "want classic, native or both", "nativ")
 }
+
+// TestLibvirtMonitorHistogramsFlag: the libvirt pass-through needs the
+// libvirt source (and the guest statistics) it goes through.
+func TestLibvirtMonitorHistogramsFlag(t *testing.T) {
+	code, stderr := runWith(t, "--guest.libvirt-monitor-histograms", "--no-discovery.libvirt")
+	if code != 2 || !strings.Contains(stderr, "--guest.libvirt-monitor-histograms needs --discovery.libvirt") {
+		t.Errorf("exit %d, stderr %q; want 2 naming the flag and what it needs", code, stderr)
+	}
+}

@@ -58,6 +58,7 @@ func run() int {
 		interval     = app.Flag("discovery.interval", "How often to look for VMs and disks.").Default("5s").Duration()
 		useLibvirt   = app.Flag("discovery.libvirt", "Discover libvirt domains.").Default("true").Bool()
 		libvirtSock  = app.Flag("discovery.libvirt.socket", "libvirt's read-only socket.").Default("/var/run/libvirt/libvirt-sock-ro").String()
+		libvirtRW    = app.Flag("discovery.libvirt.monitor-socket", "libvirt's read-write socket, for --guest.libvirt-monitor-histograms only.").Default("/var/run/libvirt/libvirt-sock").String()
 		libvirtTO    = app.Flag("discovery.libvirt.timeout", "Deadline for each libvirt call.").Default("3s").Duration()
 		useProc      = app.Flag("discovery.proc", "Discover plain QEMU processes in /proc.").Default("true").Bool()
 		procQMP      = app.Flag("discovery.proc.qmp", "Read the guest side of plain QEMU VMs over the QMP monitor sockets their command lines declare (-qmp unix:..., -chardev socket + -mon mode=control); off, only the sockets named in --discovery.config.file (qmp_monitors) are used. libvirt's own monitor is never used.").Default("false").Bool()
@@ -80,6 +81,8 @@ func run() int {
 		imageRefresh = app.Flag("image.refresh-interval", "How often a tracked image's guest file system and qcow2 layout are read again.").Default("1m").Duration()
 		guestStats   = app.Flag("guest.stats", "Read each disk's guest side (QEMU's query-blockstats, through libvirt or a QMP monitor) in the background.").Default("true").Bool()
 		guestEvery   = app.Flag("guest.interval", "How often the guest side is read.").Default("5s").Duration()
+		guestHist    = app.Flag("guest.histograms", "Set QEMU's guest latency histograms (block-latency-histogram-set, on fspair's log2 bounds) on the disks of plain QEMU VMs read over QMP, and export them as fspair_disk_guest_request_duration_seconds. Off, only histograms already there on fspair's bounds are read. libvirt domains are not touched this way: their histograms come from libvirt 12.1's statistics when the domain's XML asks for them, or with --guest.libvirt-monitor-histograms through libvirt (README, \"Guest side\").").Default("true").Bool()
+		guestLvHist  = app.Flag("guest.libvirt-monitor-histograms", "Set and read the guest latency histograms of libvirt domains through libvirt's QEMU monitor pass-through (virDomainQemuMonitorCommand, on --discovery.libvirt.monitor-socket) where libvirt's statistics do not give them. libvirt marks each domain so used as tainted (custom-monitor), hence off by default.").Default("false").Bool()
 		guestTO      = app.Flag("guest.timeout", "Deadline for each QMP session and each libvirt statistics call; a VMM that does not answer in time keeps its last values and counts a failure.").Default("2s").Duration()
 		memLimit     = app.Flag("memory-limit", "The Go runtime's soft memory limit: the garbage collector runs more often as the heap nears it, trading CPU for memory. "+
 			"auto (the default): GOMEMLIMIT if set, else 90% of the memory limit of the exporter's cgroup (systemd's MemoryMax=), else none; off: none; "+
@@ -114,6 +117,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "%s: --guest.interval must be at least 100ms and --guest.timeout above 0, got %s and %s\n", name, *guestEvery, *guestTO)
 		return 2
 	}
+	if *guestLvHist && (!*useLibvirt || !*guestStats) {
+		fmt.Fprintf(os.Stderr, "%s: --guest.libvirt-monitor-histograms needs --discovery.libvirt and --guest.stats\n", name)
+		return 2
+	}
 	hist, err := collector.ParseHistograms(*histograms)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: --%v\n", name, err)
@@ -142,6 +149,9 @@ func run() int {
 		ProcQMP:        *procQMP,
 		ConfigFile:     *configFile,
 		Logger:         logger,
+	}
+	if *guestLvHist {
+		opts.LibvirtMonitorSocket = *libvirtRW
 	}
 	disc, err := discovery.New(opts)
 	if err != nil {
@@ -232,9 +242,13 @@ func run() int {
 	var guestSrc collector.GuestSource
 	var poller *guest.Poller
 	if *guestStats {
-		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger}
+		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger, SetHistograms: *guestHist}
 		if *useLibvirt {
 			gopts.Libvirt = disc.LibvirtBlockStats
+			gopts.LibvirtVersion = disc.LibvirtVersion
+			if *guestLvHist {
+				gopts.LibvirtMonitor = disc.LibvirtMonitorCommand
+			}
 		}
 		poller = guest.New(inv, gopts)
 		guestSrc = poller

@@ -11,9 +11,14 @@
 # (docs/kdb/site.yaml) rates worst for mail and the published study best,
 # marked so, with FspairPoorPairing firing and its runbook, and the note
 # under the table giving both verdicts and saying the rules act on the
-# site's; demo-web classed web on xfs/ext4, a best pair (published), no
-# alert; both with a write amplification; and a report of the live demo
-# rendered.
+# site's; demo-web classed web on xfs/ext4, either confidently, with the
+# verdict "best, published", or unsure (the fitted classifier's confidence
+# below the rules' minimum: the pair lab's web job at the demo's rate of
+# about 100 reads a second writes back its log in few writes, each covered
+# by a journal flush, so they count as durable and the disk lies several
+# units from every centre; a demo run of 2026-11-29 showed it "web
+# (unsure)" at 0.00), without a verdict then; never another class, no
+# alert; and a report of the live demo rendered.
 # While the demo ran, its tables must have shown a class still settling
 # (held for less than the settle, 6 minutes) as such, "web (settling)", and
 # never with a verdict; no row, at any time, may show a verdict
@@ -117,17 +122,21 @@ prom=$(sed -n 's/^PROMETHEUS_URL=//p' "$stackdir/stack.env")
 # demo-web is classed web and demo-mail mail.
 echo "demo-smoke: walking the dashboards' queries against $prom (waiting up to $walk_wait for the rules)"
 walk_rc=0
-(cd tests/k6 && "$work/walk.test" -test.run '^(TestQueryWalk|TestConfigCounterReason)$' -test.v -test.count=1 -test.timeout=25m \
+(cd tests/k6 && "$work/walk.test" -test.run '^(TestQueryWalk|TestConfigCounterReason|TestEmptyReasonUnpairedClass)$' -test.v -test.count=1 -test.timeout=25m \
 	-prometheus "$prom" -wait "$walk_wait" -var domain=demo-mail -classes demo-web=web,demo-mail=mail) | sed -u 's/^/walk | /' || walk_rc=$?
 
 # The rows of the demo's table of conclusions that must show (the unit
 # tests in tests/demo check the same patterns against the table's code).
-mail_re='^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)'
-web_re='^demo-web/vda +web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+ +-$'
+# The alerts cell names the runbook when the line has room for it (a wide
+# class cell, "web (unsure)", leaves it the alert's name only); the alert's
+# own line under the table always names it (alert_re).
+mail_re='^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing( \(runbooks/FspairPoorPairing\.md\))?$'
+alert_re='^demo: alert FspairPoorPairing firing on demo-mail/vda, active since [0-9:]+: runbooks/FspairPoorPairing\.md$'
+web_re='^demo-web/vda +(web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+|web \(unsure\) +[0-9.]+ +xfs/ext4 raw +- +([0-9.]+|-)) +-$'
 note='  * demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict.'
 last_row() { grep -E "^$1 " "$log" | tail -n 1; }
 shown() {
-	last_row demo-mail/vda | grep -qE "$mail_re" && last_row demo-web/vda | grep -qE "$web_re" &&
+	last_row demo-mail/vda | grep -qE "$mail_re" && last_row demo-web/vda | grep -qE "$web_re" && grep -qE "$alert_re" "$log" &&
 		grep -qxF -- "$note" "$log" && grep -q '^demo: report: the live fleet' "$log"
 }
 if [ "$walk_rc" = 0 ]; then
@@ -163,7 +172,8 @@ mail_row=$(last_row demo-mail/vda) || { echo "demo-smoke: no row of conclusions 
 web_row=$(last_row demo-web/vda) || { echo "demo-smoke: no row of conclusions for demo-web/vda"; exit 1; }
 grep -qE "$mail_re" <<<"$mail_row" || { echo "demo-smoke: demo-mail/vda's last row is not mail on btrfs/ext4, worst (site, marked: the published verdict differs), with FspairPoorPairing firing: $mail_row"; exit 1; }
 grep -qxF -- "$note" "$log" || { echo "demo-smoke: the demo did not print, under its table, the note: $note"; exit 1; }
-grep -qE "$web_re" <<<"$web_row" || { echo "demo-smoke: demo-web/vda's last row is not web on xfs/ext4, best (published), without alerts: $web_row"; exit 1; }
+grep -qE "$alert_re" "$log" || { echo "demo-smoke: the demo did not print FspairPoorPairing firing on demo-mail/vda with its runbook"; exit 1; }
+grep -qE "$web_re" <<<"$web_row" || { echo "demo-smoke: demo-web/vda's last row is not web on xfs/ext4, best (published) or unsure without a verdict, without alerts: $web_row"; exit 1; }
 
 # A class still settling shows as such, without a verdict; no row shows
 # a verdict on a class other than the VM's; and in the first 3 minutes no
@@ -221,11 +231,19 @@ for what in \
 	'demo-mail/vda mail (confidence ' 'on btrfs/ext4 raw. The knowledge base (site) lists this pair as worst for mail.' \
 	"The published study (djordjevic2022) rates it best, this site's measurement worst; the rules act on the site's verdict." \
 	'Better pairs for mail: ' 'Advice: ' 'Alerts: FspairPoorPairing firing, active since ' \
-	'demo-web/vda web (confidence ' 'on xfs/ext4 raw. The knowledge base (published: ' 'lists this pair as best for web.' \
 	'why FspairPoorPairing: demo-mail disk vda' "The published studies rate it best; the rules act on this site's measured verdict." \
 	'demo: open next:' \
 	'dashboards fspair / VM disk (dashboards/fspair-disk.json with domain=demo-mail)' \
 	"report $stackdir/report/report.html (rendered at " "$stackdir/report/report.png"; do
+	grep -qF -- "$what" <<<"$final" || { echo "demo-smoke: the run's summary lacks '$what':"; sed -n '/^demo: what this run showed/,$p' "$log"; exit 1; }
+done
+# demo-web: web with its verdict, or web unsure without one (as its row).
+if grep -qF 'web (unsure)' <<<"$web_row"; then
+	web_said=('demo-web/vda web, unsure (confidence ' 'on xfs/ext4 raw: below the confidence the rules act at')
+else
+	web_said=('demo-web/vda web (confidence ' 'on xfs/ext4 raw. The knowledge base (published: ' 'lists this pair as best for web.')
+fi
+for what in "${web_said[@]}"; do
 	grep -qF -- "$what" <<<"$final" || { echo "demo-smoke: the run's summary lacks '$what':"; sed -n '/^demo: what this run showed/,$p' "$log"; exit 1; }
 done
 

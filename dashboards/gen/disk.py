@@ -194,9 +194,11 @@ def _identity() -> list[PanelBuilder]:
         ),
         stat_panel(
             "Classifier confidence",
-            "Best class score minus the runner-up, times the share of the settle time the class has been held "
-            "(domain_disk:fspair_workload_class:confidence): near 0, two classes fit almost equally well, or the class was "
-            "chosen moments ago and is still settling; 0 when mixed scores highest (no class fits). rules/README.md "
+            "How much nearer the disk lies to its class than to the runner-up, times how near it lies to it, calibrated on "
+            "held-out lab runs, times the share of the settle time the class has been held "
+            "(domain_disk:fspair_workload_class:confidence): near 0, two classes fit almost equally well, the disk is far "
+            "from every class, or the class was chosen moments ago and is still settling; 0 when mixed scores highest "
+            "(no class fits). Below rules/classes.yaml settle.min_confidence (0.5) no verdict or alert acts on the class. rules/README.md "
             "(Held-out validation) has how often a settled class was right on lab runs per band of this value.",
             "percentunit",
             [Query(disk_rule("domain_disk:fspair_workload_class:confidence"))],
@@ -434,9 +436,10 @@ def _workload() -> list[PanelBuilder]:
         ),
         timeseries_panel(
             "Distance from each class",
-            "How far the disk's features over 5m lie from each class's measured box in rules/classes.yaml, in units "
-            "(domain_disk:fspair_workload_distance:scaled): 0 inside the box; classes neighbouring on a feature are 2 units "
-            "apart on it; from 2.5 units on the disk counts as far from the class. The features are on "
+            "How far the disk's features over 5m lie from each class's nearest centre in rules/classes.yaml (fitted on lab "
+            "runs, per guest file system), in units of the spread of the lab's windows around their class "
+            "(domain_disk:fspair_workload_distance:scaled): the confidence falls as the nearest class lies 2 units away or "
+            "more and is 0 from 6; from 8.45 units (rules/classes.yaml far) the disk counts as far from every class. The features are on "
             "domain_disk:fspair_workload_feature:value.",
             "none",
             [Query(disk_rule("domain_disk:fspair_workload_distance:scaled"), "{{class}}")],

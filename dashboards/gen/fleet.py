@@ -232,7 +232,7 @@ def _worst_pairs() -> list[PanelBuilder]:
         table_panel(
             "VM disks on the knowledge base's worst pairs",
             "VM disks whose live class is one the knowledge base lists their guest/host file-system pair as worst for, with the "
-            "classifier's confidence (best score minus runner-up) and the pairs it lists as better for that class "
+            "classifier's confidence (domain_disk:fspair_workload_class:confidence) and the pairs it lists as better for that class "
             "(domain_disk:fspair_pair_verdict:info). Only disks whose class has settled (held for the settle time), at "
             "a confidence of at least rules/classes.yaml settle.min_confidence, have a verdict. Click a row for the disk's dashboard; runbook: FspairPoorPairing.",
             "percentunit",

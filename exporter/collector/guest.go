@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fspair/fspair/exporter/guest"
@@ -20,8 +22,12 @@ var (
 		"Where the guest side of a VM disk comes from: source=qmp (query-blockstats on a QMP monitor), libvirt (libvirt's domain block statistics) or none; "+
 			"status=ok, stale (the last read failed: the values are the last good ones), unreachable, no_device, "+
 			"no_monitor (plain QEMU whose QMP socket nobody named), not_allowed (QMP sockets on its command line, --discovery.proc.qmp off), "+
-			"libvirt_monitor (libvirt's QEMU, libvirt not reporting it: fspair never uses libvirt's monitor). Always 1.",
-		"source", "status")
+			"libvirt_monitor (libvirt's QEMU, libvirt not reporting it: fspair never uses libvirt's monitor); "+
+			"histogram=ok (fspair_disk_guest_request_duration_seconds has the disk's read, write and flush), not_set (none yet: over QMP fspair has just set them; "+
+			"from libvirt the domain's XML asks for none), refused (QEMU refused block-latency-histogram-set: before 4.0, or a drive without a guest device), "+
+			"other_bounds (set by someone else on other bounds: left alone, not exported), libvirt_too_old (libvirt before 12.1 has none, and --guest.libvirt-monitor-histograms is off), "+
+			"none (no guest values). Always 1.",
+		"source", "status", "histogram")
 	guestRequests = diskDesc("guest_requests_total",
 		"Requests the guest's virtio device completed, by operation, before QEMU merged adjacent ones (QEMU's rd/wr/flush/unmap_operations; "+
 			"flushes include those QEMU skipped because nothing was written since the last).", "op")
@@ -34,6 +40,11 @@ var (
 	guestTime = diskDesc("guest_request_duration_seconds_total",
 		"Total time the guest's requests took as the guest sees it, from the device receiving them to completing them, by operation "+
 			"(QEMU's *_total_time_ns).", "op")
+	guestLatency = diskDesc("guest_request_duration_seconds",
+		"Time the guest's requests took as the guest sees it, by operation (read, write, flush), from QEMU's latency histograms on the bounds of "+
+			"fspair_disk_request_duration_seconds, bucket for bucket. The count is of requests since the histogram was set, failed ones included: "+
+			"its increase is that of fspair_disk_guest_requests_total plus fspair_disk_guest_request_errors_total. The sum is QEMU's total time "+
+			"(fspair_disk_guest_request_duration_seconds_total): read both as rates.", "op")
 	guestReadTime = diskDesc("guest_last_read_timestamp_seconds",
 		"When the guest-side values of the disk were read from their source.")
 )
@@ -65,6 +76,7 @@ func guestFamilies() []directFamily {
 		guestVec(guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
 		guestVec(guestMerged, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
 		guestVec(guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }),
+		guestLatencyFamily(),
 		guestReadTimeFamily(),
 	}
 }
@@ -76,7 +88,7 @@ func guestInfoFamily() directFamily {
 		for i := range s.disks {
 			r := &s.disks[i]
 			if r.hasGuest {
-				t.uint(f, r.labels, extra("source", r.guest.Source, "status", r.guest.Status), 1)
+				t.uint(f, r.labels, extra("source", r.guest.Source, "status", r.guest.Status, "histogram", r.guest.Histogram), 1)
 			}
 		}
 	}}
@@ -116,6 +128,34 @@ func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[gu
 	}}
 }
 
+// guestLatencyFamily is fspair_disk_guest_request_duration_seconds: QEMU's
+// bins are the image file's slots (guest.LatencyBoundsNs), so the
+// histogram has the image file's layouts, classic and native.
+func guestLatencyFamily() directFamily {
+	h := histFamilyOf(guestLatency, latencyShape)
+	return directFamily{h.name, func(t sink, s *snapshot) {
+		t.family(&h.family)
+		for i := range s.disks {
+			r := &s.disks[i]
+			g := guestReading(r)
+			if g == nil {
+				continue
+			}
+			for _, op := range guest.HistogramOps {
+				if l := &g.Stats.Latency[op]; l.OK {
+					t.histogram(h, r.labels, guestOpExtra[op], l.Bins[:], guestSeconds(&g.Stats, op))
+				}
+			}
+		}
+	}}
+}
+
+// guestSeconds is the guest's total time of an operation in seconds, the
+// sum of its histogram; 0 where the source gives none.
+func guestSeconds(s *guest.Stats, op int) float64 {
+	return float64(s.TimeNs[op].V) / 1e9
+}
+
 func guestReadTimeFamily() directFamily {
 	f := familyOf(guestReadTime, "gauge")
 	return directFamily{f.name, func(t sink, s *snapshot) {
@@ -146,7 +186,7 @@ func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
 	for _, d := range c.inv.Disks() {
 		k := []string{d.Domain, d.UUID, d.TargetDevice, d.SourceFile}
 		st := c.src.Status(&d)
-		ch <- prometheus.MustNewConstMetric(guestInfo, prometheus.GaugeValue, 1, with(k, st.Source, st.Status)...)
+		ch <- prometheus.MustNewConstMetric(guestInfo, prometheus.GaugeValue, 1, with(k, st.Source, st.Status, st.Histogram)...)
 		g := st.Reading
 		if g == nil {
 			continue
@@ -165,6 +205,17 @@ func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
 			if c.OK {
 				ch <- prometheus.MustNewConstMetric(guestTime, prometheus.CounterValue, float64(c.V)/1e9, with(k, guest.OpNames[op])...)
 			}
+		}
+		for _, op := range guest.HistogramOps {
+			l := &g.Stats.Latency[op]
+			if !l.OK || !slices.ContainsFunc(l.Bins[:], func(n uint64) bool { return n != 0 }) {
+				continue // as the direct writer, no histogram before its first observation
+			}
+			m, err := histogram(guestLatency, latencyShape, l.Bins[:], guestSeconds(&g.Stats, op), with(k, guest.OpNames[op])...)
+			if err != nil {
+				return err
+			}
+			ch <- m
 		}
 		ch <- prometheus.MustNewConstMetric(guestReadTime, prometheus.GaugeValue, float64(g.At.UnixMilli())/1e3, k...)
 	}

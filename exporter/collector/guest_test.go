@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/fspair/fspair/exporter/guest"
 	"github.com/fspair/fspair/exporter/inventory"
+	"github.com/fspair/fspair/exporter/probe"
 )
 
 // fakeGuest gives each disk, by domain, a fixed guest status.
@@ -28,7 +30,7 @@ func (f fakeGuest) Status(d *inventory.Disk) guest.Status {
 	if s, ok := f[d.Domain]; ok {
 		return s
 	}
-	return guest.Status{Source: guest.SourceNone, Status: guest.StatusNoMonitor}
+	return guest.Status{Source: guest.SourceNone, Status: guest.StatusNoMonitor, Histogram: guest.HistogramNone}
 }
 
 // randomGuest gives the disks of inv random guest statuses: some with no
@@ -38,13 +40,28 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 	statuses := []string{guest.StatusOK, guest.StatusStale, guest.StatusUnreachable, guest.StatusNoDevice, guest.StatusNoMonitor}
 	for _, d := range inv.disks {
 		st := guest.Status{Source: []string{guest.SourceQMP, guest.SourceLibvirt, guest.SourceNone}[rng.IntN(3)],
-			Status: statuses[rng.IntN(len(statuses))]}
+			Status: statuses[rng.IntN(len(statuses))], Histogram: guest.HistogramNone}
 		if st.Status == guest.StatusOK || st.Status == guest.StatusStale {
 			r := &guest.Reading{At: time.UnixMilli(rng.Int64N(1 << 41))}
 			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.Merged, &r.Stats.TimeNs} {
 				for op := range f {
 					if rng.IntN(3) > 0 {
 						f[op] = guest.Counter{V: randomCount(rng), OK: true}
+					}
+				}
+			}
+			// Histograms: some absent, some not yet observed (all
+			// zero), some with random bins.
+			st.Histogram = guest.HistogramNotSet
+			for _, op := range guest.HistogramOps {
+				if rng.IntN(4) == 0 {
+					continue
+				}
+				h := &r.Stats.Latency[op]
+				h.OK, st.Histogram = true, guest.HistogramOK
+				if rng.IntN(4) > 0 {
+					for k := range h.Bins {
+						h.Bins[k] = randomCount(rng)
 					}
 				}
 			}
@@ -74,18 +91,28 @@ func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func guestDirect(t *testing.T, inv *fakeInventory, k *fakeKernel, g GuestSource) string {
+// writeWithGuest writes the disks and their guest side to w and flushes
+// it; err is where w keeps its error.
+func writeWithGuest(t *testing.T, inv *fakeInventory, k *fakeKernel, g GuestSource, w interface {
+	sink
+	flush()
+}, err *error) {
 	t.Helper()
-	var b bytes.Buffer
-	w := newTextWriter(&b)
 	var s snapshot
 	s.read(inv, k, k)
 	s.readGuest(g)
 	writeDirect(w, &s)
 	w.flush()
-	if w.err != nil {
-		t.Fatal(w.err)
+	if *err != nil {
+		t.Fatal(*err)
 	}
+}
+
+func guestDirect(t *testing.T, inv *fakeInventory, k *fakeKernel, g GuestSource) string {
+	t.Helper()
+	var b bytes.Buffer
+	w := newTextWriter(&b)
+	writeWithGuest(t, inv, k, g, w, &w.err)
 	return b.String()
 }
 
@@ -143,17 +170,16 @@ func TestGuestDirectMatchesCollector(t *testing.T) {
 	}
 }
 
-// TestGuestGolden: the guest families of three disks (QMP, libvirt with
-// stale values, none) against testdata/guest.prom (go test -update rewrites
-// it); without a guest source, no guest family at all.
-func TestGuestGolden(t *testing.T) {
+// guestGoldenFleet is the guest side of three disks: plain QEMU read over
+// QMP with histograms (flush's not yet observed), a libvirt domain with
+// stale values and libvirt too old for histograms, and a disk without a
+// source.
+func guestGoldenFleet() (*fakeInventory, *fakeKernel, fakeGuest) {
 	disks := []inventory.Disk{goldenDisks[0], goldenDisks[0], goldenDisks[0]}
 	for i, name := range []string{"plain", "lv", "other"} {
 		disks[i].Domain = name
 		disks[i].Slot = uint32(7 + i)
 	}
-	inv := &fakeInventory{disks: disks}
-	k := &fakeKernel{}
 	var qmp, lv guest.Stats
 	for op := range guest.OpNames {
 		qmp.Requests[op] = guest.Counter{V: uint64(1000 + op), OK: true}
@@ -164,6 +190,15 @@ func TestGuestGolden(t *testing.T) {
 		qmp.Bytes[op] = guest.Counter{V: uint64(4096 * (op + 1)), OK: true}
 		qmp.Merged[op] = guest.Counter{V: uint64(10 * op), OK: true}
 	}
+	for _, op := range guest.HistogramOps {
+		qmp.Latency[op].OK = true
+	}
+	for k := range qmp.Latency[guest.OpRead].Bins {
+		qmp.Latency[guest.OpRead].Bins[k] = uint64(k % 5) // bins of every classic bucket, some empty
+	}
+	qmp.Latency[guest.OpWrite].Bins[0] = 2  // up to 1 us: the native zero bucket
+	qmp.Latency[guest.OpWrite].Bins[7] = 40 // (64, 128] us
+	qmp.Latency[guest.OpWrite].Bins[24] = 1 // above 8.4 s
 	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpFlush} {
 		lv.Requests[op] = guest.Counter{V: uint64(50 + op), OK: true}
 		lv.TimeNs[op] = guest.Counter{V: uint64(999 * (op + 1)), OK: true}
@@ -172,11 +207,18 @@ func TestGuestGolden(t *testing.T) {
 	lv.Bytes[guest.OpWrite] = guest.Counter{V: 1024, OK: true}
 	at := time.Date(2026, 11, 21, 20, 15, 0, 250e6, time.UTC)
 	g := fakeGuest{
-		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Reading: &guest.Reading{Stats: qmp, At: at}},
-		"lv":    {Source: guest.SourceLibvirt, Status: guest.StatusStale, Reading: &guest.Reading{Stats: lv, At: at.Add(-time.Minute)}},
+		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: &guest.Reading{Stats: qmp, At: at}},
+		"lv": {Source: guest.SourceLibvirt, Status: guest.StatusStale, Histogram: guest.HistogramLibvirtTooOld,
+			Reading: &guest.Reading{Stats: lv, At: at.Add(-time.Minute)}},
 	}
-	got := guestOnly(t, guestDirect(t, inv, k, g))
-	path := filepath.Join("testdata", "guest.prom")
+	return &fakeInventory{disks: disks}, &fakeKernel{}, g
+}
+
+// golden compares got with the golden file (go test -update rewrites it)
+// by equal.
+func golden(t *testing.T, name, got string, equal func(got, want string) bool) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
 	if *update {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -186,11 +228,121 @@ func TestGuestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(samples(parseText(t, got)), samples(parseText(t, string(want)))) {
-		t.Errorf("guest families differ from %s (go test -update rewrites it):\n%s", path, got)
+	if !equal(got, string(want)) {
+		t.Errorf("differs from %s (go test -update rewrites it):\n%s", path, got)
 	}
+}
+
+// TestGuestGolden: the guest families of guestGoldenFleet in the text
+// format (classic histograms) against testdata/guest.prom; without a guest
+// source, no guest family at all.
+func TestGuestGolden(t *testing.T) {
+	inv, k, g := guestGoldenFleet()
+	got := guestOnly(t, guestDirect(t, inv, k, g))
+	golden(t, "guest.prom", got, func(got, want string) bool {
+		return reflect.DeepEqual(samples(parseText(t, got)), samples(parseText(t, want)))
+	})
 	if s := guestDirect(t, inv, k, nil); strings.Contains(s, "fspair_disk_guest_") {
 		t.Errorf("guest families written without a guest source")
+	}
+}
+
+// protoWithGuest is the protobuf writer's output for the disks and their
+// guest side, decoded.
+func protoWithGuest(t *testing.T, inv *fakeInventory, k *fakeKernel, g GuestSource, mode Histograms) []*dto.MetricFamily {
+	t.Helper()
+	var b bytes.Buffer
+	w := newProtoWriter(&b, mode)
+	writeWithGuest(t, inv, k, g, w, &w.err)
+	return decodeProto(t, b.Bytes())
+}
+
+// guestProto is the protobuf writer's guest histograms in mode, decoded
+// and written out one line a series: labels, count, sum, native schema
+// and zero threshold, then each bucket (upper bound: count, the zero
+// bucket at 0; classic buckets as le=count).
+func guestProto(t *testing.T, inv *fakeInventory, k *fakeKernel, g GuestSource, mode Histograms) string {
+	t.Helper()
+	var out strings.Builder
+	for _, mf := range protoWithGuest(t, inv, k, g, mode) {
+		if mf.GetName() != "fspair_disk_guest_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			var labels []string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "domain" || l.GetName() == "op" {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+			}
+			fmt.Fprintf(&out, "%s count=%d sum=%g", strings.Join(labels, ","), h.GetSampleCount(), h.GetSampleSum())
+			if mode != HistogramsClassic {
+				fmt.Fprintf(&out, " schema=%d zero_threshold=%g native=%s", h.GetSchema(), h.GetZeroThreshold(), sortedBuckets(nativeBuckets(t, h)))
+			}
+			for _, cb := range h.GetBucket() {
+				fmt.Fprintf(&out, " le%g=%d", cb.GetUpperBound(), cb.GetCumulativeCount())
+			}
+			out.WriteString("\n")
+		}
+	}
+	return out.String()
+}
+
+// TestGuestNativeGolden: the guest histograms of guestGoldenFleet in
+// protobuf, native mode against testdata/guest_native.txt and classic mode
+// against testdata/guest_classic.txt.
+func TestGuestNativeGolden(t *testing.T) {
+	inv, k, g := guestGoldenFleet()
+	same := func(got, want string) bool { return got == want }
+	golden(t, "guest_native.txt", guestProto(t, inv, k, g, HistogramsNative), same)
+	golden(t, "guest_classic.txt", guestProto(t, inv, k, g, HistogramsClassic), same)
+}
+
+// TestGuestBucketForBucket: the guest's bins are the image file's slots
+// (guest.LatencyBoundsNs is latencyBounds, plus the nanosecond that turns
+// QEMU's [lo, hi) bins into the kernel's (lo, hi]), so the same counts
+// make the same buckets in both families, classic and native.
+func TestGuestBucketForBucket(t *testing.T) {
+	if len(guest.LatencyBoundsNs) != len(latencyBounds) {
+		t.Fatalf("%d guest bounds, %d image-file bounds", len(guest.LatencyBoundsNs), len(latencyBounds))
+	}
+	for k, b := range latencyBounds {
+		if ns := uint64(math.Round(b * 1e9)); guest.LatencyBoundsNs[k] != ns+1 {
+			t.Errorf("bound %d: guest %d ns, image file %d ns (+1 expected)", k, guest.LatencyBoundsNs[k], ns)
+		}
+	}
+	inv, k := randomFleet(rand.New(rand.NewPCG(9, 9)), 1)
+	d := &inv.disks[0]
+	d.Tracked = true
+	var c probe.Counters
+	var st guest.Stats
+	for _, op := range guest.HistogramOps {
+		for s := range guest.LatencySlots {
+			n := uint64((s*7+op*3)%11) * 13
+			c.Latency[op][s] = n
+			st.Latency[op].Bins[s] = n
+		}
+		c.LatencySumNs[op] = 123456789
+		st.Latency[op].OK = true
+		st.TimeNs[op] = guest.Counter{V: 123456789, OK: true}
+		c.Requests[op] = 1
+	}
+	k.disk[d.Slot] = c
+	g := fakeGuest{d.Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: &guest.Reading{Stats: st}}}
+	for _, mode := range []Histograms{HistogramsClassic, HistogramsNative} {
+		fams := byName(protoWithGuest(t, inv, k, g, mode))
+		img, gst := fams["fspair_disk_request_duration_seconds"].GetMetric(), fams["fspair_disk_guest_request_duration_seconds"].GetMetric()
+		if len(gst) != len(guest.HistogramOps) {
+			t.Fatalf("mode %d: %d guest histograms, want %d", mode, len(gst), len(guest.HistogramOps))
+		}
+		for i, op := range guest.HistogramOps {
+			a, b := img[op].GetHistogram(), gst[i].GetHistogram()
+			a.CreatedTimestamp, b.CreatedTimestamp = nil, nil
+			if !reflect.DeepEqual(a.String(), b.String()) {
+				t.Errorf("mode %d, %s: image file\n%v\nguest\n%v", mode, guest.OpNames[op], a, b)
+			}
+		}
 	}
 }
 
@@ -235,5 +387,48 @@ func TestHandlerGuest(t *testing.T) {
 		if !directNames[name] {
 			t.Errorf("%s is not among the direct families", name)
 		}
+	}
+}
+
+// TestGuestSeriesPerDisk is the guest side's share of a typical disk's
+// series (TestSeriesPerDisk counts fspair_disk_guest_info alone, as the
+// bench's disks have no guest): a plain QEMU disk read over QMP, which
+// gives every counter of the four operations, with its read, write and
+// flush histograms observed. Native mode: 20 series before the
+// histograms, 23 with them; classic: 20 and 65 (15 a histogram, the
+// image file's layout). BENCHMARKS.md has the figures.
+func TestGuestSeriesPerDisk(t *testing.T) {
+	inv, k := randomFleet(rand.New(rand.NewPCG(2, 2)), 1)
+	var st guest.Stats
+	for _, f := range []*[guest.NumOps]guest.Counter{&st.Requests, &st.Failed, &st.TimeNs} {
+		for op := range f {
+			f[op] = guest.Counter{V: 1, OK: true}
+		}
+	}
+	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpDiscard} {
+		st.Bytes[op] = guest.Counter{V: 1, OK: true}
+		st.Merged[op] = guest.Counter{V: 1, OK: true}
+	}
+	count := func(hist bool) (classic, native int) {
+		s := st
+		for _, op := range guest.HistogramOps {
+			s.Latency[op].OK = hist
+			s.Latency[op].Bins[op+3] = 1
+		}
+		g := fakeGuest{inv.disks[0].Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
+			Reading: &guest.Reading{Stats: s}}}
+		classic = sampleLines(guestOnly(t, guestDirect(t, inv, k, g)))
+		for _, mf := range protoWithGuest(t, inv, k, g, HistogramsNative) {
+			if strings.HasPrefix(mf.GetName(), "fspair_disk_guest_") {
+				native += len(mf.GetMetric())
+			}
+		}
+		return classic, native
+	}
+	c0, n0 := count(false)
+	c1, n1 := count(true)
+	t.Logf("guest series of a typical disk: without histograms %d classic, %d native; with them %d classic, %d native", c0, n0, c1, n1)
+	if c0 != 20 || n0 != 20 || c1 != 65 || n1 != 23 {
+		t.Errorf("guest series: without histograms %d classic, %d native; with %d, %d; want 20, 20; 65, 23", c0, n0, c1, n1)
 	}
 }

@@ -39,6 +39,10 @@ type Options struct {
 	LibvirtSocket string
 	LibvirtURI    string
 	LibvirtPIDDir string
+	// LibvirtMonitorSocket, with Libvirt, is libvirt's read-write socket
+	// for LibvirtMonitorCommand; empty leaves it off (the default: the
+	// pass-through taints the domains it is used on).
+	LibvirtMonitorSocket string
 
 	// LibvirtTimeout bounds each libvirt call (DefaultLibvirtTimeout if
 	// zero); Timeout bounds the whole query.
@@ -103,7 +107,10 @@ type Discoverer struct {
 	sem    chan struct{} // serialises Discover
 
 	libvirt *libvirtSource
-	proc    *ProcScanner
+	// libvirtRW is the read-write connection of LibvirtMonitorCommand,
+	// nil when off.
+	libvirtRW *libvirtSource
+	proc      *ProcScanner
 
 	cfgMu   sync.Mutex
 	cfg     *Config
@@ -165,6 +172,9 @@ func New(opts Options) (*Discoverer, error) {
 	if opts.Libvirt {
 		d.libvirt = newLibvirtSource(opts.LibvirtSocket, opts.LibvirtURI, opts.LibvirtPIDDir, opts.LibvirtTimeout)
 		d.sources[SourceLibvirt] = &sourceState{}
+		if opts.LibvirtMonitorSocket != "" {
+			d.libvirtRW = newLibvirtSource(opts.LibvirtMonitorSocket, opts.LibvirtURI, opts.LibvirtPIDDir, opts.LibvirtTimeout)
+		}
 	}
 	if opts.Proc {
 		d.proc = &ProcScanner{Root: opts.ProcRoot, FDScan: !opts.NoFDScan, QMP: opts.ProcQMP}
@@ -206,10 +216,39 @@ func (d *Discoverer) LibvirtBlockStats(ctx context.Context) ([]libvirt.DomainSta
 	return d.libvirt.blockStats(ctx)
 }
 
-// Close releases the libvirt connection.
+// ErrNoLibvirtMonitor is returned by LibvirtMonitorCommand when
+// Options.LibvirtMonitorSocket is not set.
+var ErrNoLibvirtMonitor = errors.New("libvirt monitor pass-through not enabled")
+
+// LibvirtMonitorCommand runs a QMP command (a JSON object) on the QEMU of
+// the running domain with this UUID through libvirt's monitor pass-through
+// (virDomainQemuMonitorCommand, on the read-write connection) and returns
+// QEMU's reply as libvirt passes it on. libvirt marks the domain tainted
+// (custom-monitor).
+func (d *Discoverer) LibvirtMonitorCommand(ctx context.Context, uuid, command string) (string, error) {
+	if d.libvirtRW == nil {
+		return "", ErrNoLibvirtMonitor
+	}
+	return d.libvirtRW.monitorCommand(ctx, uuid, command)
+}
+
+// LibvirtVersion is the version of libvirt the libvirt source talks to
+// (major*1,000,000 + minor*1,000 + release), 0 while unknown: it is asked
+// with the block statistics.
+func (d *Discoverer) LibvirtVersion() uint64 {
+	if d.libvirt == nil {
+		return 0
+	}
+	return d.libvirt.version.Load()
+}
+
+// Close releases the libvirt connections.
 func (d *Discoverer) Close() error {
 	if d.libvirt != nil {
 		d.libvirt.close()
+	}
+	if d.libvirtRW != nil {
+		d.libvirtRW.close()
 	}
 	return nil
 }

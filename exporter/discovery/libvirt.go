@@ -3,6 +3,7 @@ package discovery
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -163,6 +164,8 @@ type libvirtSource struct {
 
 	sem  chan struct{} // one query at a time
 	conn *libvirtConn  // nil when disconnected; guarded by sem
+	// version is libvirt's (virConnectGetLibVersion), 0 until known.
+	version atomic.Uint64
 }
 
 type libvirtConn struct {
@@ -339,9 +342,53 @@ func (s *libvirtSource) blockStats(ctx context.Context) (recs []libvirt.DomainSt
 		if lerr != nil {
 			return fmt.Errorf("get domain block statistics: %w", lerr)
 		}
+		// Which statistics libvirt can give (latency histograms from
+		// 12.1) follows its version: asked until known. A libvirtd
+		// that does not answer it leaves the version unknown; the
+		// statistics stand.
+		if s.version.Load() == 0 {
+			arm()
+			if v, err := l.ConnectGetLibVersion(); err == nil {
+				s.version.Store(v)
+			}
+		}
 		return nil
 	})
 	return recs, err
+}
+
+// monitorCommand runs a QMP command on a domain's QEMU through libvirt's
+// pass-through: the domain looked up by UUID, then
+// virDomainQemuMonitorCommand.
+func (s *libvirtSource) monitorCommand(ctx context.Context, uuid, command string) (out string, err error) {
+	u, err := parseUUID(uuid)
+	if err != nil {
+		return "", err
+	}
+	err = s.do(ctx, func(l *libvirt.Libvirt, arm func()) error {
+		arm()
+		dom, err := l.DomainLookupByUUID(u)
+		if err != nil {
+			return fmt.Errorf("look up domain %s: %w", uuid, err)
+		}
+		arm()
+		if out, err = l.QEMUDomainMonitorCommand(dom, command, 0); err != nil {
+			return fmt.Errorf("monitor command on domain %s: %w", uuid, err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// parseUUID reads a UUID written as libvirt writes it (8-4-4-4-12 hex).
+func parseUUID(s string) (libvirt.UUID, error) {
+	var u libvirt.UUID
+	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	if err != nil || len(b) != len(u) {
+		return u, fmt.Errorf("domain uuid %q: not a UUID", s)
+	}
+	copy(u[:], b)
+	return u, nil
 }
 
 // list fetches the XML of every running domain, calling arm before each

@@ -19,11 +19,18 @@ type fakeLibvirtd struct {
 	domains []fakeDomain
 	// hang makes the server read calls but never answer, like a libvirtd
 	// stuck on a lock.
-	hang    atomic.Bool
-	accepts atomic.Int32
-	calls   atomic.Int32
-	mu      sync.Mutex
-	conns   []net.Conn
+	hang atomic.Bool
+	// version answers virConnectGetLibVersion; 0 refuses it, as a
+	// procedure the server does not know.
+	version atomic.Uint64
+	// monitorReply answers virDomainQemuMonitorCommand; monitorCmds
+	// are the commands it got, as "<domain> <command>".
+	monitorReply string
+	monitorCmds  []string
+	accepts      atomic.Int32
+	calls        atomic.Int32
+	mu           sync.Mutex
+	conns        []net.Conn
 }
 
 type fakeDomain struct {
@@ -49,6 +56,10 @@ const (
 	procAuthList              = 66
 	procConnectListAllDomains = 273
 	procConnectGetAllDomStats = 344
+	procConnectGetLibVersion  = 157
+	procDomainLookupByUUID    = 24
+	qemuProgram               = 0x20008087
+	procQEMUMonitorCommand    = 1 // of qemuProgram
 	remoteProgram             = 0x20008086
 	virErrNoDomain            = 42
 )
@@ -117,11 +128,37 @@ func (f *fakeLibvirtd) handle(c net.Conn) {
 		if f.hang.Load() {
 			continue
 		}
+		prog := binary.BigEndian.Uint32(hdr[4:8])
 		proc := binary.BigEndian.Uint32(hdr[12:16])
 		serial := binary.BigEndian.Uint32(hdr[20:24])
 		var out xdrBuf
 		status := uint32(0)
+		if prog == qemuProgram {
+			proc = 1<<31 | proc // apart from the remote program's numbers
+		}
 		switch proc {
+		case 1<<31 | procQEMUMonitorCommand:
+			// remote_nonnull_domain (name, uuid, id), the command, flags.
+			l := binary.BigEndian.Uint32(body[0:4])
+			name := string(body[4 : 4+l])
+			off := 4 + (l+3)/4*4 + 16 + 4
+			cl := binary.BigEndian.Uint32(body[off : off+4])
+			f.mu.Lock()
+			f.monitorCmds = append(f.monitorCmds, name+" "+string(body[off+4:off+4+cl]))
+			f.mu.Unlock()
+			out = out.str(f.monitorReply)
+		case procDomainLookupByUUID:
+			status = 1
+			for i, d := range f.domains {
+				if string(d.uuid[:]) == string(body[:16]) {
+					out, status = out.str(d.name), 0
+					out = append(out, d.uuid[:]...)
+					out = out.u32(uint32(i + 1))
+				}
+			}
+			if status == 1 {
+				out = remoteError(virErrNoDomain, "Domain not found: no domain with matching uuid")
+			}
 		case procAuthList:
 			out = out.u32(1).u32(0) // [REMOTE_AUTH_NONE]
 		case procConnectOpen, procConnectClose:
@@ -149,6 +186,13 @@ func (f *fakeLibvirtd) handle(c net.Conn) {
 					}
 				}
 			}
+		case procConnectGetLibVersion:
+			if f.version.Load() == 0 {
+				status, out = 1, remoteError(1, "unknown procedure")
+				break
+			}
+			v := f.version.Load()
+			out = out.u32(uint32(v >> 32)).u32(uint32(v))
 		case procDomainGetXMLDesc:
 			l := binary.BigEndian.Uint32(body[0:4])
 			name := string(body[4 : 4+l])
@@ -166,7 +210,7 @@ func (f *fakeLibvirtd) handle(c net.Conn) {
 			out = remoteError(1, "unknown procedure")
 		}
 		var reply xdrBuf
-		reply = reply.u32(uint32(28 + len(out))).u32(remoteProgram).u32(1).u32(proc).u32(1).u32(serial).u32(status)
+		reply = reply.u32(uint32(28 + len(out))).u32(prog).u32(1).u32(proc &^ (1 << 31)).u32(1).u32(serial).u32(status)
 		if _, err := c.Write(append(reply, out...)); err != nil {
 			return
 		}

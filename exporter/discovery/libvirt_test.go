@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,18 @@ func TestLibvirtBlockStats(t *testing.T) {
 	if n := f.accepts.Load(); n != 1 {
 		t.Errorf("%d connections for discovery and statistics, want 1", n)
 	}
+	// A libvirtd that does not answer virConnectGetLibVersion: unknown,
+	// the statistics still read, the connection kept.
+	if v := d.LibvirtVersion(); v != 0 {
+		t.Errorf("version %d from a libvirtd that refused it", v)
+	}
+	f.version.Store(9_000_000)
+	if _, err := d.LibvirtBlockStats(context.Background()); err != nil || d.LibvirtVersion() != 9_000_000 {
+		t.Errorf("version %d (%v), want 9000000", d.LibvirtVersion(), err)
+	}
+	if n := f.accepts.Load(); n != 1 {
+		t.Errorf("%d connections after the version call, want 1", n)
+	}
 
 	f.hang.Store(true)
 	start := time.Now()
@@ -214,5 +227,48 @@ func TestLibvirtBlockStats(t *testing.T) {
 	}
 	if _, err := off.LibvirtBlockStats(context.Background()); !errors.Is(err, ErrNoLibvirt) {
 		t.Errorf("without the libvirt source: %v", err)
+	}
+}
+
+// TestLibvirtMonitorCommand: the pass-through goes over its own
+// connection (the read-write socket), to the domain looked up by UUID, and
+// returns QEMU's reply as libvirt gives it; off unless its socket is set;
+// an unknown domain is an error.
+func TestLibvirtMonitorCommand(t *testing.T) {
+	ro := startFakeLibvirtd(t, fakeDomain{name: "db01", uuid: [16]byte{1, 2, 3}})
+	rw := startFakeLibvirtd(t, fakeDomain{name: "db01", uuid: [16]byte{1, 2, 3}})
+	rw.monitorReply = `{"return":{},"id":"libvirt-12"}`
+	d, err := New(Options{Libvirt: true, LibvirtSocket: ro.socket, LibvirtMonitorSocket: rw.socket, LibvirtPIDDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const cmd = `{"execute":"query-blockstats"}`
+	out, err := d.LibvirtMonitorCommand(context.Background(), "01020300-0000-0000-0000-000000000000", cmd)
+	if err != nil || out != rw.monitorReply {
+		t.Fatalf("reply %q, %v; want %q", out, err, rw.monitorReply)
+	}
+	rw.mu.Lock()
+	got := slices.Clone(rw.monitorCmds)
+	rw.mu.Unlock()
+	if len(got) != 1 || got[0] != "db01 "+cmd {
+		t.Errorf("commands %q, want [db01 %s]", got, cmd)
+	}
+	if ro.calls.Load() != 0 {
+		t.Errorf("%d calls on the read-only socket, want none", ro.calls.Load())
+	}
+	if _, err := d.LibvirtMonitorCommand(context.Background(), "09090900-0000-0000-0000-000000000000", cmd); err == nil {
+		t.Error("no error for an unknown domain")
+	}
+	if _, err := d.LibvirtMonitorCommand(context.Background(), "not-a-uuid", cmd); err == nil {
+		t.Error("no error for a malformed uuid")
+	}
+	off, err := New(Options{Libvirt: true, LibvirtSocket: ro.socket, LibvirtPIDDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if _, err := off.LibvirtMonitorCommand(context.Background(), "01020300-0000-0000-0000-000000000000", cmd); !errors.Is(err, ErrNoLibvirtMonitor) {
+		t.Errorf("without the monitor socket: %v", err)
 	}
 }

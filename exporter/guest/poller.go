@@ -41,6 +41,17 @@ type Options struct {
 	// Libvirt reads libvirt's statistics; nil when the libvirt source is
 	// off, and then libvirt domains have no guest side.
 	Libvirt LibvirtStats
+	// SetHistograms sets guest latency histograms over QMP on the devices
+	// that lack them (block-latency-histogram-set); false only reads those
+	// someone else set on fspair's bounds.
+	SetHistograms bool
+	// LibvirtMonitor, when set, sets and reads the latency histograms of
+	// libvirt domains' disks through libvirt's monitor pass-through,
+	// which taints the domains: nil (the default) never does.
+	LibvirtMonitor LibvirtMonitor
+	// LibvirtVersion is libvirt's version (major*1,000,000 +
+	// minor*1,000 + release), 0 while unknown; nil when unknown.
+	LibvirtVersion func() uint64
 	// MaxSessions bounds the QMP sessions open at once
 	// (DefaultMaxSessions if zero).
 	MaxSessions int
@@ -69,6 +80,9 @@ type Poller struct {
 	// next and whether it was failing; touched by rounds only.
 	vms         map[string]*vmState
 	libvirtFail bool
+	// lvHist remembers, per libvirt domain (uuid) whose histograms go
+	// through LibvirtMonitor, the devices that refused them.
+	lvHist map[string]*histSetter
 
 	mu     sync.RWMutex
 	status map[diskKey]Status
@@ -78,6 +92,7 @@ type Poller struct {
 type vmState struct {
 	next    int // index in the disk's QMP sockets
 	failing bool
+	hist    *histSetter
 }
 
 // diskKey identifies a disk across rounds: its labels and its VMM.
@@ -108,7 +123,7 @@ func New(inv DiskLister, opts Options) *Poller {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Poller{inv: inv, opts: opts, log: log, vms: map[string]*vmState{}, status: map[diskKey]Status{},
+	return &Poller{inv: inv, opts: opts, log: log, vms: map[string]*vmState{}, lvHist: map[string]*histSetter{}, status: map[diskKey]Status{},
 		stats: PollStats{Polls: map[string]uint64{}, Errors: map[string]uint64{}}}
 }
 
@@ -122,9 +137,9 @@ func (p *Poller) Status(d *inventory.Disk) Status {
 	}
 	// Not yet seen by a round (discovered since): no values yet.
 	if src := sourceOf(d); src != SourceNone {
-		return Status{Source: src, Status: StatusUnreachable}
+		return Status{Source: src, Status: StatusUnreachable, Histogram: HistogramNone}
 	}
-	return Status{Source: SourceNone, Status: noneStatus(d)}
+	return Status{Source: SourceNone, Status: noneStatus(d), Histogram: HistogramNone}
 }
 
 // Stats returns the counts of reads so far.
@@ -195,6 +210,7 @@ type result struct {
 	err    bool // its source failed this round
 	found  bool
 	stats  Stats
+	hist   string // histogram label, when found
 	at     time.Time
 }
 
@@ -250,7 +266,7 @@ func (p *Poller) Poll(ctx context.Context) {
 	for _, k := range vmOrder {
 		st := p.vms[k]
 		if st == nil {
-			st = &vmState{}
+			st = &vmState{hist: &histSetter{enabled: p.opts.SetHistograms, refused: map[string]refusal{}, log: p.log.Warn}}
 			p.vms[k] = st
 		}
 		idx := vms[k]
@@ -307,6 +323,10 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 	}
 	p.libvirtFail = false
 	doms := parseLibvirtStats(recs)
+	var version uint64
+	if p.opts.LibvirtVersion != nil {
+		version = p.opts.LibvirtVersion()
+	}
 	for _, i := range idx {
 		d := &disks[i]
 		for j := range doms {
@@ -314,13 +334,71 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 			if (d.UUID != "" && dom.uuid != d.UUID) || (d.UUID == "" && dom.name != d.Domain) {
 				continue
 			}
-			if s, ok := dom.find(d.TargetDevice, d.SourceFile); ok {
-				results[i].stats, results[i].found, results[i].at = s, true, at
+			if x := dom.find(d.TargetDevice, d.SourceFile); x != nil {
+				results[i].stats, results[i].found, results[i].at = x.stats, true, at
+				results[i].hist = x.histogramLabel(version)
 			}
 			break
 		}
 	}
+	if p.opts.LibvirtMonitor != nil {
+		p.libvirtHistograms(ctx, disks, idx, results)
+	}
 	return false
+}
+
+// libvirtHistograms reads, through libvirt's monitor pass-through, the
+// latency histograms libvirt's statistics did not give (libvirt before
+// 12.1, or a domain whose XML asks for none), setting the absent ones as
+// readQMP does: one query-blockstats per such domain and round, matched
+// by image file. A domain the pass-through fails for keeps what libvirt's
+// statistics gave.
+func (p *Poller) libvirtHistograms(ctx context.Context, disks []inventory.Disk, idx []int, results []result) {
+	byDomain := map[string][]int{}
+	var order []string
+	for _, i := range idx {
+		r := &results[i]
+		if !r.found || r.hist == HistogramOK || r.hist == HistogramOtherBounds || disks[i].UUID == "" {
+			continue
+		}
+		u := disks[i].UUID
+		if _, ok := byDomain[u]; !ok {
+			order = append(order, u)
+		}
+		byDomain[u] = append(byDomain[u], i)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	for _, u := range order {
+		hs := p.lvHist[u]
+		if hs == nil {
+			hs = &histSetter{enabled: true, refused: map[string]refusal{}, log: p.log.Warn}
+			p.lvHist[u] = hs
+		}
+		ids := byDomain[u]
+		got := make([]Stats, len(ids))
+		labels := make([]string, len(ids))
+		vd := make([]*vmDisk, len(ids))
+		for j, i := range ids {
+			vd[j] = &vmDisk{file: disks[i].SourceFile, out: &got[j], hist: &labels[j]}
+		}
+		first := &disks[ids[0]]
+		m := &libvirtMonitor{ctx: cctx, uuid: u, run: p.opts.LibvirtMonitor}
+		if err := readMonitor(m, "libvirt domain "+first.Domain, vd, p.opts.ProcRoot, first.PID, hs); err != nil {
+			p.log.Debug("guest histograms through libvirt's monitor failing", "domain", first.Domain, "err", err)
+			continue
+		}
+		for j, i := range ids {
+			if vd[j].entry != nil {
+				results[i].stats.Latency, results[i].hist = got[j].Latency, labels[j]
+			}
+		}
+	}
+	for u := range p.lvHist {
+		if _, ok := byDomain[u]; !ok {
+			delete(p.lvHist, u)
+		}
+	}
 }
 
 // readVM reads one VM over QMP, trying its next socket; on failure the
@@ -334,12 +412,12 @@ func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk
 	sock := socks[st.next]
 	vd := make([]*vmDisk, len(idx))
 	for j, i := range idx {
-		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats}
+		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats, hist: &results[i].hist}
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	deadline, _ := cctx.Deadline()
-	err := readQMP(cctx, sock, deadline, vd, p.opts.ProcRoot, first.PID)
+	err := readQMP(cctx, sock, deadline, vd, p.opts.ProcRoot, first.PID, st.hist)
 	at := time.Now()
 	if err != nil {
 		for _, i := range idx {
@@ -357,7 +435,7 @@ func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk
 	}
 	st.failing = false
 	for j, i := range idx {
-		results[i].found, results[i].at = vd[j].found, at
+		results[i].found, results[i].at = vd[j].entry != nil, at
 	}
 	return false
 }
@@ -382,14 +460,17 @@ func (p *Poller) publish(disks []inventory.Disk, results []result, polls, errs m
 			// A failed read leaves the last values, from the same
 			// source.
 			if had && prev.Reading != nil && prev.Source == r.source {
-				s.Reading, s.Status = prev.Reading, StatusStale
+				s.Reading, s.Status, s.Histogram = prev.Reading, StatusStale, prev.Histogram
 			} else {
 				s.Status = StatusUnreachable
 			}
 		case r.found:
-			s.Reading, s.Status = &Reading{Stats: r.stats, At: r.at}, StatusOK
+			s.Reading, s.Status, s.Histogram = &Reading{Stats: r.stats, At: r.at}, StatusOK, r.hist
 		default:
 			s.Status = StatusNoDevice
+		}
+		if s.Histogram == "" {
+			s.Histogram = HistogramNone
 		}
 		next[k] = s
 	}

@@ -5,9 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,9 +36,113 @@ type fakeQMP struct {
 	mu         sync.Mutex
 	blockstats []map[string]any
 	block      []map[string]any
+	// hists are the latency histograms set, by device (qdev) and
+	// operation (QMP's histogram field name), as QEMU keeps them.
+	hists map[string]map[string]*fakeHist
+	// refuse makes block-latency-histogram-set fail with this error
+	// class (CommandNotFound: a QEMU before 4.0).
+	refuse string
+	// setArgs are the arguments of each block-latency-histogram-set.
+	setArgs []map[string]any
 }
 
-func startFakeQMP(t *testing.T, dir, name string) *fakeQMP {
+// fakeHist is one latency histogram as QEMU keeps it (block/accounting.c):
+// bins[0] counts latencies below bounds[0], bins[i] those in
+// [bounds[i-1], bounds[i]), the last those from the last bound up.
+type fakeHist struct {
+	bounds, bins []uint64
+}
+
+func (h *fakeHist) account(ns uint64) {
+	i := sort.Search(len(h.bounds), func(i int) bool { return ns < h.bounds[i] })
+	h.bins[i]++
+}
+
+// complete accounts one request of the device whose qdev is dev, as
+// block_account_one_io() does: the counters, and the histogram whether it
+// failed or not.
+func (f *fakeQMP) complete(dev, op string, ns uint64, failed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prefix := map[string]string{"read": "rd", "write": "wr", "flush": "flush"}[op]
+	for _, e := range f.blockstats {
+		if e["qdev"] != dev {
+			continue
+		}
+		st := e["stats"].(map[string]any)
+		if failed {
+			st["failed_"+prefix+"_operations"] = st["failed_"+prefix+"_operations"].(uint64) + 1
+		} else {
+			st[prefix+"_operations"] = st[prefix+"_operations"].(uint64) + 1
+		}
+		st[prefix+"_total_time_ns"] = st[prefix+"_total_time_ns"].(uint64) + ns
+		if h := f.hists[dev][prefix+"_latency_histogram"]; h != nil {
+			h.account(ns)
+		}
+	}
+}
+
+// restart forgets the histograms, as a new QEMU process would have none.
+func (f *fakeQMP) restart() {
+	f.mu.Lock()
+	f.hists = nil
+	f.mu.Unlock()
+}
+
+// setHistogram serves block-latency-histogram-set; nil or an error reply.
+func (f *fakeQMP) setHistogram(args map[string]any) map[string]any {
+	f.setArgs = append(f.setArgs, args)
+	if f.refuse != "" {
+		return map[string]any{"class": f.refuse, "desc": "The command block-latency-histogram-set has not been found"}
+	}
+	dev, _ := args["id"].(string)
+	found := false
+	for _, e := range f.blockstats {
+		found = found || e["qdev"] == dev
+	}
+	if !found || dev == "" {
+		return map[string]any{"class": "GenericError", "desc": "Device '" + dev + "' not found"}
+	}
+	if f.hists == nil {
+		f.hists = map[string]map[string]*fakeHist{}
+	}
+	if f.hists[dev] == nil {
+		f.hists[dev] = map[string]*fakeHist{}
+	}
+	for arg, field := range map[string]string{"boundaries-read": "rd_latency_histogram", "boundaries-write": "wr_latency_histogram",
+		"boundaries-flush": "flush_latency_histogram"} {
+		raw, ok := args[arg].([]any)
+		if !ok {
+			continue
+		}
+		h := &fakeHist{bins: make([]uint64, len(raw)+1)}
+		for _, b := range raw {
+			h.bounds = append(h.bounds, uint64(b.(float64)))
+		}
+		f.hists[dev][field] = h
+	}
+	return nil
+}
+
+// blockstatsReply is query-blockstats' answer: the entries, with the
+// histograms set.
+func (f *fakeQMP) blockstatsReply() []map[string]any {
+	out := make([]map[string]any, len(f.blockstats))
+	for i, e := range f.blockstats {
+		c := maps.Clone(e)
+		if hs := f.hists[e["qdev"].(string)]; hs != nil {
+			st := maps.Clone(e["stats"].(map[string]any))
+			for field, h := range hs {
+				st[field] = map[string]any{"boundaries": slices.Clone(h.bounds), "bins": slices.Clone(h.bins)}
+			}
+			c["stats"] = st
+		}
+		out[i] = c
+	}
+	return out
+}
+
+func startFakeQMP(t testing.TB, dir, name string) *fakeQMP {
 	t.Helper()
 	f := &fakeQMP{path: filepath.Join(dir, name)}
 	ln, err := net.Listen("unix", f.path)
@@ -93,8 +202,9 @@ func (f *fakeQMP) serve(c net.Conn) {
 			return
 		}
 		var req struct {
-			Execute string `json:"execute"`
-			ID      any    `json:"id"`
+			Execute   string         `json:"execute"`
+			Arguments map[string]any `json:"arguments"`
+			ID        any            `json:"id"`
 		}
 		if json.Unmarshal(line, &req) != nil {
 			return
@@ -109,7 +219,14 @@ func (f *fakeQMP) serve(c net.Conn) {
 		case "qmp_capabilities":
 			ret = map[string]any{}
 		case "query-blockstats":
-			ret = f.blockstats
+			ret = f.blockstatsReply()
+		case "block-latency-histogram-set":
+			if e := f.setHistogram(req.Arguments); e != nil {
+				f.mu.Unlock()
+				_ = enc.Encode(map[string]any{"error": e, "id": req.ID})
+				continue
+			}
+			ret = map[string]any{}
 		case "query-block":
 			ret = f.block
 		default:
@@ -426,5 +543,333 @@ func TestPollLibvirt(t *testing.T) {
 	p.Poll(context.Background())
 	if s := p.Status(&inv.disks[0]); s.Status != StatusLibvirtMonitor || s.Reading != nil {
 		t.Errorf("no libvirt source: %+v", s)
+	}
+}
+
+// kernelSlot is the slot of the image file's latency histogram that a
+// latency of ns falls in, as ns_bucket() in bpf/fspair.h counts it: the
+// first k with ns <= 1 us * 2^k, the last slot above 2^23 us.
+func kernelSlot(ns uint64) int {
+	k := 0
+	for k < LatencySlots-1 && ns > 1000<<k {
+		k++
+	}
+	return k
+}
+
+// opTotals are a device's requests and failed requests of an operation.
+func opTotals(st *Stats, op int) uint64 { return st.Requests[op].V + st.Failed[op].V }
+
+// TestPollQMPHistograms: fspair sets each device's histograms once, on
+// its bounds, in the session that reads the statistics; QEMU's bins then
+// land in the kernel's slots exactly (latencies on and next to every
+// bound), and their count grows as requests and failed requests do; a
+// QEMU that forgot them (restarted) gets them again; a drive without a
+// guest device, and a QEMU without the command, are refused and not asked
+// again each round; a histogram on other bounds is left alone.
+func TestPollQMPHistograms(t *testing.T) {
+	const dev = "/machine/peripheral/vd1/virtio-backend"
+	dir := t.TempDir()
+	q := startFakeQMP(t, dir, "vm.qmp")
+	q.set([]map[string]any{
+		{"device": "drive-vd1", "qdev": dev, "node-name": "#block1", "stats": qemuStats(0)},
+		// -drive if=none with no -device: no guest device to set it on.
+		{"device": "spare", "qdev": "", "node-name": "#block2", "stats": qemuStats(0)},
+	}, nil)
+	inv := &fakeInv{disks: []inventory.Disk{
+		disk("vm", "vd1", "/img/a", 0, discovery.SourceQEMU, q.path),
+		disk("vm", "spare", "/img/b", 0, discovery.SourceQEMU, q.path),
+	}}
+	p := New(inv, Options{Timeout: time.Second, SetHistograms: true})
+	status := func(i int) Status { return p.Status(&inv.disks[i]) }
+
+	p.Poll(context.Background())
+	if s := status(0); s.Status != StatusOK || s.Histogram != HistogramNotSet || s.Reading.Stats.Latency != [NumOps]Histogram{} {
+		t.Fatalf("round 1: %+v, want ok, histogram not_set, no bins", s)
+	}
+	if s := status(1); s.Status != StatusOK || s.Histogram != HistogramRefused {
+		t.Errorf("drive without a device: %+v, want ok, histogram refused", s)
+	}
+	if n := q.count("block-latency-histogram-set"); n != 1 || q.conns.Load() != 1 {
+		t.Fatalf("block-latency-histogram-set %d times in %d sessions, want once in one", n, q.conns.Load())
+	}
+	wantBounds := make([]any, len(LatencyBoundsNs))
+	for k, b := range LatencyBoundsNs {
+		wantBounds[k] = float64(b)
+	}
+	want := map[string]any{"id": dev, "boundaries-read": wantBounds, "boundaries-write": wantBounds, "boundaries-flush": wantBounds}
+	if got := q.setArgs[0]; !reflect.DeepEqual(got, want) {
+		t.Errorf("set arguments %v, want %v", got, want)
+	}
+	base := status(0).Reading.Stats
+
+	// Latencies on, below and above every bound, and past the last.
+	var lat []uint64
+	for k := range LatencySlots - 1 {
+		b := uint64(1000) << k
+		lat = append(lat, b-1, b, b+1)
+	}
+	lat = append(lat, 0, 60e9)
+	var wantBins [NumOps][LatencySlots]uint64
+	for i, ns := range lat {
+		for _, op := range HistogramOps {
+			failed := i%7 == op // some failed, in every operation
+			q.complete(dev, OpNames[op], ns+uint64(op), failed)
+			wantBins[op][kernelSlot(ns+uint64(op))]++
+		}
+	}
+	p.Poll(context.Background())
+	s := status(0)
+	if s.Histogram != HistogramOK {
+		t.Fatalf("round 2: histogram %s, want ok", s.Histogram)
+	}
+	for _, op := range HistogramOps {
+		h := s.Reading.Stats.Latency[op]
+		if !h.OK || h.Bins != wantBins[op] {
+			t.Errorf("%s: bins %v, want the kernel's slots %v", OpNames[op], h.Bins, wantBins[op])
+		}
+		var count uint64
+		for _, n := range h.Bins {
+			count += n
+		}
+		if grew := opTotals(&s.Reading.Stats, op) - opTotals(&base, op); count != grew || count != uint64(len(lat)) {
+			t.Errorf("%s: histogram count %d, requests and failures grew by %d, %d completed", OpNames[op], count, grew, len(lat))
+		}
+	}
+	if s.Reading.Stats.Latency[OpDiscard].OK {
+		t.Error("a discard histogram: QEMU keeps none")
+	}
+	if n := q.count("block-latency-histogram-set"); n != 1 {
+		t.Errorf("set %d times once the histograms are there, want once", n)
+	}
+
+	// QEMU restarted (or someone removed them): set again, once.
+	q.restart()
+	p.Poll(context.Background())
+	if s := status(0); s.Histogram != HistogramNotSet || q.count("block-latency-histogram-set") != 2 {
+		t.Errorf("after a restart: histogram %s, set %d times; want not_set, 2", s.Histogram, q.count("block-latency-histogram-set"))
+	}
+	p.Poll(context.Background())
+	if s := status(0); s.Histogram != HistogramOK || s.Reading.Stats.Latency[OpRead].Bins != [LatencySlots]uint64{} {
+		t.Errorf("after the new set: %s %v, want ok and empty", s.Histogram, s.Reading.Stats.Latency[OpRead].Bins)
+	}
+	// The drive without a device was refused once, and not asked since.
+	for _, a := range q.setArgs {
+		if a["id"] == "" {
+			t.Errorf("asked QEMU to set a histogram on no device: %v", a)
+		}
+	}
+	if s := status(1); s.Histogram != HistogramRefused {
+		t.Errorf("drive without a device, later rounds: %s", s.Histogram)
+	}
+}
+
+// TestPollQMPHistogramRefused: a QEMU without block-latency-histogram-set
+// (before 4.0) is asked once and reported refused; a histogram someone set
+// on other bounds is reported and left alone; with SetHistograms off,
+// fspair asks nothing and reads only histograms on its bounds.
+func TestPollQMPHistogramRefused(t *testing.T) {
+	const dev = "/machine/peripheral/vd1/virtio-backend"
+	dir := t.TempDir()
+	q := startFakeQMP(t, dir, "old.qmp")
+	q.set([]map[string]any{{"device": "drive-vd1", "qdev": dev, "stats": qemuStats(0)}}, nil)
+	q.mu.Lock()
+	q.refuse = "CommandNotFound"
+	q.mu.Unlock()
+	inv := &fakeInv{disks: []inventory.Disk{disk("vm", "vd1", "/img/a", 0, discovery.SourceQEMU, q.path)}}
+	p := New(inv, Options{Timeout: time.Second, SetHistograms: true})
+	for range 3 {
+		p.Poll(context.Background())
+		if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Histogram != HistogramRefused {
+			t.Fatalf("old QEMU: %+v, want ok, histogram refused", s)
+		}
+	}
+	if n := q.count("block-latency-histogram-set"); n != 1 {
+		t.Errorf("old QEMU asked %d times in 3 rounds, want once", n)
+	}
+
+	q2 := startFakeQMP(t, dir, "other.qmp")
+	q2.set([]map[string]any{{"device": "drive-vd1", "qdev": dev, "stats": qemuStats(0)}}, nil)
+	q2.mu.Lock()
+	q2.hists = map[string]map[string]*fakeHist{dev: {"rd_latency_histogram": {bounds: []uint64{10, 50, 100}, bins: []uint64{1, 2, 3, 4}}}}
+	q2.mu.Unlock()
+	inv2 := &fakeInv{disks: []inventory.Disk{disk("vm2", "vd1", "/img/a", 0, discovery.SourceQEMU, q2.path)}}
+	p2 := New(inv2, Options{Timeout: time.Second, SetHistograms: true})
+	p2.Poll(context.Background())
+	if s := p2.Status(&inv2.disks[0]); s.Histogram != HistogramOtherBounds || s.Reading.Stats.Latency[OpRead].OK {
+		t.Errorf("other bounds: %+v, want other_bounds and no bins", s)
+	}
+	if n := q2.count("block-latency-histogram-set"); n != 0 {
+		t.Errorf("other bounds: set %d times, want never", n)
+	}
+
+	q3 := startFakeQMP(t, dir, "off.qmp")
+	q3.set([]map[string]any{{"device": "drive-vd1", "qdev": dev, "stats": qemuStats(0)}}, nil)
+	inv3 := &fakeInv{disks: []inventory.Disk{disk("vm3", "vd1", "/img/a", 0, discovery.SourceQEMU, q3.path)}}
+	p3 := New(inv3, Options{Timeout: time.Second})
+	p3.Poll(context.Background())
+	if s := p3.Status(&inv3.disks[0]); s.Histogram != HistogramNotSet || q3.count("block-latency-histogram-set") != 0 {
+		t.Errorf("SetHistograms off: %s, set %d times; want not_set, never", s.Histogram, q3.count("block-latency-histogram-set"))
+	}
+}
+
+// libvirtHistogram is a latency histogram as libvirt 12.1's statistics
+// list it: block.<n>.latency_histogram.<op>.bin.count, then each bin's
+// start (its lower bound, ns) and value.
+func libvirtHistogram(n int, op string, starts, values []uint64) []libvirt.TypedParam {
+	prefix := "block." + strconv.Itoa(n) + ".latency_histogram." + op + ".bin."
+	out := []libvirt.TypedParam{typed(prefix+"count", uint64(len(starts)))}
+	for i := range starts {
+		out = append(out, typed(prefix+strconv.Itoa(i)+".start", starts[i]), typed(prefix+strconv.Itoa(i)+".value", values[i]))
+	}
+	return out
+}
+
+// TestPollLibvirtHistograms: libvirt's histograms on fspair's bounds are
+// read bin for bin; on other bounds reported and not exported; a disk
+// without any says why by libvirt's version (too old before 12.1, the
+// domain asking for none from 12.1, not_set while the version is unknown).
+func TestPollLibvirtHistograms(t *testing.T) {
+	ours := append([]uint64{0}, LatencyBoundsNs[:]...)
+	bins := make([]uint64, LatencySlots)
+	for i := range bins {
+		bins[i] = uint64(3*i + 1)
+	}
+	params := []libvirt.TypedParam{typed("block.count", uint64(3)),
+		typed("block.0.name", "vda"), typed("block.0.rd.reqs", uint64(5)),
+		typed("block.1.name", "vdb"), typed("block.1.rd.reqs", uint64(6)),
+		typed("block.2.name", "vdc"), typed("block.2.rd.reqs", uint64(7))}
+	for _, op := range []string{"read", "write", "flush"} {
+		params = append(params, libvirtHistogram(0, op, ours, bins)...)
+	}
+	params = append(params, libvirtHistogram(1, "read", []uint64{0, 10, 100}, []uint64{1, 2, 3})...)
+	recs := []libvirt.DomainStatsRecord{{Dom: libvirt.Domain{Name: "db"}, Params: params}}
+	var version atomic.Uint64
+	inv := &fakeInv{disks: []inventory.Disk{
+		disk("db", "vda", "/img/a", 1, discovery.SourceLibvirt),
+		disk("db", "vdb", "/img/b", 1, discovery.SourceLibvirt),
+		disk("db", "vdc", "/img/c", 1, discovery.SourceLibvirt),
+	}}
+	p := New(inv, Options{Libvirt: func(context.Context) ([]libvirt.DomainStatsRecord, error) { return recs, nil },
+		LibvirtVersion: version.Load})
+	for _, c := range []struct {
+		version uint64
+		vdc     string
+	}{{0, HistogramNotSet}, {9_000_000, HistogramLibvirtTooOld}, {12_000_000, HistogramLibvirtTooOld}, {12_001_000, HistogramNotSet}} {
+		version.Store(c.version)
+		p.Poll(context.Background())
+		a := p.Status(&inv.disks[0])
+		if a.Status != StatusOK || a.Histogram != HistogramOK {
+			t.Fatalf("vda: %+v", a)
+		}
+		for _, op := range HistogramOps {
+			if h := a.Reading.Stats.Latency[op]; !h.OK || !slices.Equal(h.Bins[:], bins) {
+				t.Errorf("vda %s: %v, want %v", OpNames[op], h, bins)
+			}
+		}
+		if b := p.Status(&inv.disks[1]); b.Histogram != HistogramOtherBounds || b.Reading.Stats.Latency[OpRead].OK {
+			t.Errorf("vdb (other bounds): %+v", b)
+		}
+		if s := p.Status(&inv.disks[2]); s.Status != StatusOK || s.Histogram != c.vdc {
+			t.Errorf("vdc, libvirt %d: histogram %s, want %s", c.version, s.Histogram, c.vdc)
+		}
+	}
+}
+
+// passThrough is libvirt's monitor pass-through to a fake QEMU: the
+// command as libvirt takes it (a QMP command object), QEMU's reply object
+// as libvirt returns it.
+func passThrough(t *testing.T, q *fakeQMP, calls *atomic.Int32, wantUUID string) LibvirtMonitor {
+	return func(ctx context.Context, uuid, command string) (string, error) {
+		calls.Add(1)
+		if uuid != wantUUID {
+			t.Errorf("pass-through to domain %s, want %s", uuid, wantUUID)
+		}
+		var req struct {
+			Execute   string         `json:"execute"`
+			Arguments map[string]any `json:"arguments"`
+		}
+		if err := json.Unmarshal([]byte(command), &req); err != nil {
+			return "", err
+		}
+		s, err := dialQMP(ctx, q.path, time.Now().Add(time.Second))
+		if err != nil {
+			return "", err
+		}
+		defer s.close()
+		var args any
+		if req.Arguments != nil {
+			args = req.Arguments
+		}
+		ret, err := s.executeArgs(req.Execute, args)
+		var reply any = map[string]any{"return": ret, "id": "libvirt-7"}
+		var qe *qmpError
+		if errors.As(err, &qe) {
+			reply = map[string]any{"error": map[string]any{"class": qe.Class, "desc": qe.Desc}, "id": "libvirt-7"}
+		} else if err != nil {
+			return "", err
+		}
+		b, _ := json.Marshal(reply)
+		return string(b), nil
+	}
+}
+
+// TestPollLibvirtMonitorHistograms: with LibvirtMonitor (the operator's
+// --guest.libvirt-monitor-histograms), a libvirt domain whose statistics
+// have no histograms (libvirt 9.0) gets them set and read through
+// libvirt's pass-through, matched by image file, the counters still from
+// libvirt's statistics; without it the pass-through is never used.
+func TestPollLibvirtMonitorHistograms(t *testing.T) {
+	const dev = "/machine/peripheral/virtio-disk0/virtio-backend"
+	const uuid = "8f4b2c1e-5d3a-4e6f-9a8b-7c6d5e4f3a2b"
+	dir := t.TempDir()
+	img := filepath.Join(dir, "web01.qcow2")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := startFakeQMP(t, dir, "libvirt-monitor.sock")
+	q.set([]map[string]any{{"device": "", "qdev": dev, "node-name": "libvirt-1-format", "stats": qemuStats(0)}},
+		[]map[string]any{{"device": "", "qdev": dev, "inserted": map[string]any{"file": img, "node-name": "libvirt-1-format", "image": map[string]any{"filename": img}}}})
+	recs := []libvirt.DomainStatsRecord{{
+		Dom: libvirt.Domain{Name: "web01", UUID: libvirt.UUID{0x8f, 0x4b, 0x2c, 0x1e, 0x5d, 0x3a, 0x4e, 0x6f, 0x9a, 0x8b, 0x7c, 0x6d, 0x5e, 0x4f, 0x3a, 0x2b}},
+		Params: []libvirt.TypedParam{typed("block.count", uint64(1)), typed("block.0.name", "vda"), typed("block.0.path", img),
+			typed("block.0.rd.reqs", uint64(12485))},
+	}}
+	d := disk("web01", "vda", img, 4242, discovery.SourceLibvirt)
+	d.UUID = uuid
+	inv := &fakeInv{disks: []inventory.Disk{d}}
+	lv := func(context.Context) ([]libvirt.DomainStatsRecord, error) { return recs, nil }
+	version := func() uint64 { return 9_000_000 }
+
+	var calls atomic.Int32
+	p := New(inv, Options{Timeout: time.Second, Libvirt: lv, LibvirtVersion: version, LibvirtMonitor: passThrough(t, q, &calls, uuid)})
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Histogram != HistogramNotSet {
+		t.Fatalf("round 1: %+v, want ok, not_set", s)
+	}
+	if q.count("block-latency-histogram-set") != 1 || q.setArgs[0]["id"] != dev {
+		t.Fatalf("set %d times, arguments %v; want once on %s", q.count("block-latency-histogram-set"), q.setArgs, dev)
+	}
+	q.complete(dev, "read", 1500, false)
+	q.complete(dev, "read", 3000, true)
+	p.Poll(context.Background())
+	s := p.Status(&inv.disks[0])
+	var want [LatencySlots]uint64
+	want[1], want[2] = 1, 1 // 1.5 us in (1, 2] us, 3 us in (2, 4] us
+	if s.Histogram != HistogramOK || s.Reading.Stats.Latency[OpRead].Bins != want || !s.Reading.Stats.Latency[OpRead].OK {
+		t.Errorf("round 2: %s %v, want ok %v", s.Histogram, s.Reading.Stats.Latency[OpRead], want)
+	}
+	if r := s.Reading.Stats.Requests[OpRead]; r != set(12485) {
+		t.Errorf("read requests %+v, want libvirt's 12485", r)
+	}
+	if n := q.count("block-latency-histogram-set"); n != 1 {
+		t.Errorf("set %d times, want once", n)
+	}
+
+	calls.Store(0)
+	p = New(inv, Options{Timeout: time.Second, Libvirt: lv, LibvirtVersion: version})
+	p.Poll(context.Background())
+	if s := p.Status(&inv.disks[0]); s.Histogram != HistogramLibvirtTooOld || calls.Load() != 0 {
+		t.Errorf("without the pass-through: %s, %d calls; want libvirt_too_old, none", s.Histogram, calls.Load())
 	}
 }

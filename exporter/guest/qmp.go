@@ -103,9 +103,30 @@ func (s *qmpSession) readLine() ([]byte, error) {
 
 // execute runs a command without arguments and returns its "return" value.
 func (s *qmpSession) execute(command string) (json.RawMessage, error) {
+	return s.executeArgs(command, nil)
+}
+
+// qmpError is QEMU's error reply to a command (class and description, as
+// qmp-spec.rst has them): the command was refused, the session is fine.
+type qmpError struct {
+	Command, Class, Desc string
+}
+
+func (e *qmpError) Error() string { return e.Command + ": " + e.Class + ": " + e.Desc }
+
+// executeArgs runs a command with arguments (nil for none) and returns its
+// "return" value; QEMU's refusal is a *qmpError.
+func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, error) {
 	s.id++
 	id := "fspair-" + strconv.Itoa(s.id)
-	req, _ := json.Marshal(map[string]string{"execute": command, "id": id})
+	req, err := json.Marshal(struct {
+		Execute   string `json:"execute"`
+		Arguments any    `json:"arguments,omitempty"`
+		ID        string `json:"id"`
+	}{command, args, id})
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", command, err)
+	}
 	if _, err := s.conn.Write(append(req, '\n')); err != nil {
 		return nil, fmt.Errorf("send %s: %w", command, timeoutHint(err))
 	}
@@ -126,7 +147,7 @@ func (s *qmpSession) execute(command string) (json.RawMessage, error) {
 			continue // an event, or not ours
 		}
 		if reply.Error != nil {
-			return nil, fmt.Errorf("%s: %s: %s", command, reply.Error.Class, reply.Error.Desc)
+			return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
 		}
 		return reply.Return, nil
 	}
@@ -150,10 +171,58 @@ var qmpFields = [numFields][NumOps]string{
 	{"rd_total_time_ns", "wr_total_time_ns", "flush_total_time_ns", "unmap_total_time_ns"},
 }
 
-// stats converts the entry's counters; a field QEMU did not send, or not
-// as an unsigned integer, is left absent.
-func (e *blockstatsEntry) stats() Stats {
-	var st Stats
+// qmpHistograms names, for each operation, its latency histogram in QAPI
+// BlockDeviceStats (BlockLatencyHistogramInfo), and qmpBoundaries its
+// argument of block-latency-histogram-set; "" where QEMU keeps none.
+var (
+	qmpHistograms = [NumOps]string{"rd_latency_histogram", "wr_latency_histogram", "flush_latency_histogram", ""}
+	qmpBoundaries = [NumOps]string{"boundaries-read", "boundaries-write", "boundaries-flush", ""}
+)
+
+// histKind is what a source has of one operation's latency histogram.
+type histKind uint8
+
+const (
+	histAbsent histKind = iota // none
+	histOurs                   // on LatencyBoundsNs: mapped to Stats.Latency
+	histOther                  // on other bounds: not exported
+)
+
+// ourHistogram reads a histogram given as boundaries and bins: ours when
+// the boundaries are LatencyBoundsNs.
+func ourHistogram(bounds, bins []uint64) (Histogram, histKind) {
+	if len(bounds) != len(LatencyBoundsNs) || len(bins) != LatencySlots {
+		return Histogram{}, histOther
+	}
+	for k, b := range bounds {
+		if b != LatencyBoundsNs[k] {
+			return Histogram{}, histOther
+		}
+	}
+	h := Histogram{OK: true}
+	copy(h.Bins[:], bins)
+	return h, histOurs
+}
+
+// histogramLabel is a disk's histogram label from what its source has of
+// each operation QEMU keeps a histogram of.
+func histogramLabel(kinds *[NumOps]histKind) string {
+	label := HistogramOK
+	for _, op := range HistogramOps {
+		switch kinds[op] {
+		case histOther:
+			return HistogramOtherBounds
+		case histAbsent:
+			label = HistogramNotSet
+		}
+	}
+	return label
+}
+
+// stats converts the entry's counters and latency histograms; a field
+// QEMU did not send, or not as an unsigned integer, is left absent. kinds
+// says what it has of each histogram.
+func (e *blockstatsEntry) stats() (st Stats, kinds [NumOps]histKind) {
 	for f := range qmpFields {
 		dst := st.field(f)
 		for op, name := range qmpFields[f] {
@@ -167,7 +236,22 @@ func (e *blockstatsEntry) stats() Stats {
 			}
 		}
 	}
-	return st
+	for _, op := range HistogramOps {
+		raw, ok := e.Stats[qmpHistograms[op]]
+		if !ok {
+			continue
+		}
+		var h struct {
+			Boundaries []uint64 `json:"boundaries"`
+			Bins       []uint64 `json:"bins"`
+		}
+		if json.Unmarshal(raw, &h) != nil {
+			kinds[op] = histOther
+			continue
+		}
+		st.Latency[op], kinds[op] = ourHistogram(h.Boundaries, h.Bins)
+	}
+	return st, kinds
 }
 
 // blockEntry is one device of query-block (QAPI BlockInfo): what it has
@@ -204,20 +288,55 @@ func qdevID(path string) string {
 type vmDisk struct {
 	target, file string
 	out          *Stats
-	found        bool
+	hist         *string // its histogram label
+	entry        *blockstatsEntry
 }
+
+// histSetter sets the guest latency histograms of a VM's devices over QMP
+// and remembers the devices that refused (per VM: a new QEMU process is a
+// new VM to the poller, and is asked again).
+type histSetter struct {
+	enabled bool
+	refused map[string]refusal // by device (qdev, else "drive:" and its names)
+	log     func(msg string, args ...any)
+}
+
+type refusal struct {
+	at     time.Time
+	reason string
+}
+
+// RefusedRetry is how long a device that refused its histogram is left
+// before fspair asks again.
+const RefusedRetry = 10 * time.Minute
 
 // readQMP reads the guest statistics of a VM's disks over the monitor at
 // path: query-blockstats, matched to each disk by its target device (the
 // -device id, drive id or node name discovery gave it), and, for disks so
-// not found, query-block to match by image file.
-func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDisk, procRoot string, pid int) error {
+// not found, query-block to match by image file. Then, for found disks
+// whose latency histograms are absent, block-latency-histogram-set in the
+// same session (hs nil: never).
+func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDisk, procRoot string, pid int, hs *histSetter) error {
 	s, err := dialQMP(ctx, reachable(path, procRoot, pid), deadline)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	raw, err := s.execute("query-blockstats")
+	return readMonitor(s, path, disks, procRoot, pid, hs)
+}
+
+// monitor runs QMP commands: a QMP session of fspair's own, or libvirt's
+// pass-through to its monitor (libvirtMonitor).
+type monitor interface {
+	// executeArgs runs a command (args nil for none) and returns its
+	// "return" value; QEMU's refusal is a *qmpError.
+	executeArgs(command string, args any) (json.RawMessage, error)
+}
+
+// readMonitor is readQMP on a monitor already open; path names it in
+// errors.
+func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid int, hs *histSetter) error {
+	raw, err := s.executeArgs("query-blockstats", nil)
 	if err != nil {
 		return fmt.Errorf("qmp %s: %w", path, err)
 	}
@@ -239,15 +358,34 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 	missing := false
 	for _, d := range disks {
 		if e := byID[d.target]; e != nil && d.target != "" {
-			*d.out, d.found = e.stats(), true
+			d.entry = e
 		} else {
 			missing = true
 		}
 	}
-	if !missing {
-		return nil
+	if missing {
+		if err := matchByImage(s, path, disks, byID, procRoot, pid); err != nil {
+			return err
+		}
 	}
-	raw, err = s.execute("query-block")
+	for _, d := range disks {
+		if d.entry == nil {
+			continue
+		}
+		var kinds [NumOps]histKind
+		*d.out, kinds = d.entry.stats()
+		*d.hist = histogramLabel(&kinds)
+		if *d.hist == HistogramNotSet && hs != nil {
+			*d.hist = hs.set(s, d.entry, &kinds)
+		}
+	}
+	return nil
+}
+
+// matchByImage finds the disks not matched by target through query-block,
+// by their image file.
+func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*blockstatsEntry, procRoot string, pid int) error {
+	raw, err := s.executeArgs("query-block", nil)
 	if err != nil {
 		return fmt.Errorf("qmp %s: %w", path, err)
 	}
@@ -256,25 +394,72 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 		return fmt.Errorf("qmp %s: decode query-block: %w", path, err)
 	}
 	for _, d := range disks {
-		if d.found {
-			continue
-		}
 		for _, b := range block {
+			if d.entry != nil {
+				break
+			}
 			if b.Inserted == nil || !sameImage(d.file, b.Inserted.File, b.Inserted.Image.Filename, procRoot, pid) {
 				continue
 			}
 			for _, id := range []string{qdevID(b.QDev), b.Device, b.Inserted.NodeName} {
 				if e := byID[id]; e != nil && id != "" {
-					*d.out, d.found = e.stats(), true
+					d.entry = e
 					break
 				}
-			}
-			if d.found {
-				break
 			}
 		}
 	}
 	return nil
+}
+
+// set asks QEMU for the histograms the device lacks, on fspair's bounds,
+// and returns the disk's histogram label: not_set when QEMU took them (the
+// next read has them), refused when it did not. Histograms already there
+// are left as they are: setting one empties it.
+func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind) string {
+	if !hs.enabled {
+		return HistogramNotSet
+	}
+	// block-latency-histogram-set finds the device by its id or QOM path
+	// (qmp_get_blk() in QEMU's block/qapi-sysemu.c): a drive without a
+	// guest device has neither.
+	dev, key := e.QDev, e.QDev
+	if dev == "" {
+		key = "drive:" + e.Device + "/" + e.NodeName
+	}
+	if r, ok := hs.refused[key]; ok && time.Since(r.at) < RefusedRetry {
+		return HistogramRefused
+	}
+	if dev == "" {
+		hs.refuse(key, "the drive has no guest device")
+		return HistogramRefused
+	}
+	args := map[string]any{"id": dev}
+	for _, op := range HistogramOps {
+		if kinds[op] == histAbsent {
+			args[qmpBoundaries[op]] = LatencyBoundsNs[:]
+		}
+	}
+	_, err := s.executeArgs("block-latency-histogram-set", args)
+	var qe *qmpError
+	switch {
+	case err == nil:
+		delete(hs.refused, dev)
+		return HistogramNotSet
+	case errors.As(err, &qe):
+		hs.refuse(key, qe.Error())
+		return HistogramRefused
+	}
+	// The session failed: the values read stand, the next round tries
+	// again.
+	return HistogramNotSet
+}
+
+func (hs *histSetter) refuse(key, reason string) {
+	if _, seen := hs.refused[key]; !seen && hs.log != nil {
+		hs.log("QEMU refused a guest latency histogram", "device", key, "reason", reason)
+	}
+	hs.refused[key] = refusal{at: time.Now(), reason: reason}
 }
 
 // reachable is where to connect to a socket the VMM names: the path as it

@@ -52,6 +52,66 @@ const (
 	StatusLibvirtMonitor = "libvirt_monitor"
 )
 
+// Latency histograms of a disk's guest side (the histogram label of
+// fspair_disk_guest_info): whether the disk has one, and if not, why.
+const (
+	// HistogramOK: the source gives the disk's read, write and flush
+	// histograms on fspair's bounds.
+	HistogramOK = "ok"
+	// HistogramNotSet: the source gives none (yet). Over QMP fspair has
+	// just set them and the next read has them; from libvirt (12.1 or
+	// later) the domain's XML asks for none (README, "Guest side").
+	HistogramNotSet = "not_set"
+	// HistogramRefused: QEMU refused block-latency-histogram-set: older
+	// than 4.0 (the command was x-block-latency-histogram-set in 2.12 to
+	// 3.1), or the drive has no guest device to set it on. fspair logs
+	// QEMU's reason once and tries again after RefusedRetry.
+	HistogramRefused = "refused"
+	// HistogramOtherBounds: a histogram someone else set, on other bounds:
+	// fspair leaves it alone and exports none, as its bins do not map to
+	// fspair's buckets.
+	HistogramOtherBounds = "other_bounds"
+	// HistogramLibvirtTooOld: a libvirt domain, libvirt older than 12.1
+	// (no histograms in its statistics), and fspair not allowed to use
+	// libvirt's monitor pass-through (Options.LibvirtMonitor) to set and
+	// read them.
+	HistogramLibvirtTooOld = "libvirt_too_old"
+	// HistogramNone: no guest values at all (the status says why).
+	HistogramNone = "none"
+)
+
+// LatencySlots is the number of bins of a guest latency histogram: the
+// slots of the image file's latency histogram in bpf/disk.bpf.c (24 bounds,
+// 1 us * 2^k, and the bin above the last).
+const LatencySlots = 25
+
+// LatencyBoundsNs are the bin boundaries fspair sets, in nanoseconds.
+// QEMU's bins are [b[k-1], b[k]) (BlockLatencyHistogramInfo in
+// qapi/block-core.json; block_latency_histogram_account() in
+// block/accounting.c) and the kernel's slots (0, 1 us * 2^k] (ns_bucket()
+// in bpf/fspair.h): with b[k] = 1 us * 2^k + 1 ns, QEMU's integer
+// latencies fall in the same slot as the kernel's, bin for slot.
+var LatencyBoundsNs = func() [LatencySlots - 1]uint64 {
+	var b [LatencySlots - 1]uint64
+	for k := range b {
+		b[k] = 1000<<k + 1
+	}
+	return b
+}()
+
+// HistogramOps are the operations QEMU keeps latency histograms of (read,
+// write, flush; QEMU 8.1 added zone append, which fspair does not
+// count; none for discards).
+var HistogramOps = [...]int{OpRead, OpWrite, OpFlush}
+
+// Histogram is a guest latency histogram: the count of requests in each
+// slot of LatencyBoundsNs, the last one above the last bound. OK is false
+// when the source gives none on fspair's bounds.
+type Histogram struct {
+	Bins [LatencySlots]uint64
+	OK   bool
+}
+
 // Counter is one counter of a source; OK is false when the source does not
 // give it, and then it is not exported (never a made-up zero).
 type Counter struct {
@@ -73,8 +133,16 @@ func set(v uint64) Counter { return Counter{V: v, OK: true} }
 //	Failed              failed_rd/wr/flush/unmap_operations  -
 //	Merged              rd/wr/unmap_merged                 -
 //	TimeNs              rd/wr/flush/unmap_total_time_ns    rd.times, wr.times, fl.times
+//
+// Latency holds the histograms, read with the counters in one query: QMP's
+// rd/wr/flush_latency_histogram, libvirt's latency_histogram.<op> (12.1
+// and later). A histogram counts from when it was set, failed requests
+// included (block_account_one_io() in QEMU's block/accounting.c), so its
+// count grows as Requests plus Failed do, and equals them only from the
+// VM's start.
 type Stats struct {
 	Requests, Bytes, Failed, Merged, TimeNs [NumOps]Counter
+	Latency                                 [NumOps]Histogram
 }
 
 // The counters of Stats by index, for the tables that name each source's
@@ -102,6 +170,9 @@ type Reading struct {
 type Status struct {
 	Source string // SourceQMP, SourceLibvirt, SourceNone
 	Status string // StatusOK, ...
+	// Histogram says whether the reading has latency histograms
+	// (HistogramOK, ...).
+	Histogram string
 	// Reading is the last good reading, nil if none.
 	Reading *Reading
 }

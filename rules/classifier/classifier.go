@@ -8,8 +8,8 @@
 // ratio on a log scale, the mean read size on a log scale and the share of
 // durable writes. Each workload class is a box in that space, the range of
 // each feature its training models were measured at; a box whose every
-// range is one value is a centre, the candidate model's form
-// (rules/classes-candidate.yaml), and the distance from it counts how far
+// range is one value is a centre, the fitted model's form
+// (rules/classes.yaml), and the distance from it counts how far
 // a disk lies from the class's typical window. A feature's distance
 // from a box is how far the value lies outside the box, divided by the
 // feature's scale (half the narrowest gap between the measured boxes the

@@ -166,6 +166,7 @@ func TestSoftmaxOver(t *testing.T) {
 	m := model(t)
 	m.Far.Above, m.Far.Below = []float64{70, 71}, nil // nothing is far here
 	m.Softmax = &Softmax{Over: OverDistance, Source: "test"}
+	m.Temperature = nil // 1
 	close, distant := m.Score(dist(0, 1), 100), m.Score(dist(3, 4), 100)
 	if math.Abs(close.Scores["web"]-distant.Scores["web"]) > 1e-9 {
 		t.Errorf("over distances: web scores %g at 0/1 units and %g at 3/4, want equal", close.Scores["web"], distant.Scores["web"])
@@ -190,20 +191,33 @@ func TestSoftmaxOver(t *testing.T) {
 func TestMissingOf(t *testing.T) {
 	m := model(t)
 	writeOnly := Inputs(Counts{Writes: 100, WriteBytes: 100 * 32768, SyncWrites: 1, Flushes: 1})
-	rfa := m.Classes[3]
-	before := m.Distance(rfa, writeOnly, "")
+	// A class with a range on the mean read size, charging nothing of its
+	// own for it yet.
+	var cls Class
+	for _, c := range m.Classes {
+		if _, ok := c.Box[ReadSizeLog2]; ok {
+			cls = c
+			break
+		}
+	}
+	if cls.Name == "" {
+		t.Fatal("no class of classes.yaml has a range on the mean read size")
+	}
+	cls.Missing, cls.Others = nil, nil
+	plain := cls
+	before := m.Distance(cls, writeOnly, "")
 	rest := before*before - m.MissingTerm() // the other features' squared distances
-	rfa.Missing = map[string]float64{ReadSizeLog2: 2}
-	if got := m.Distance(rfa, writeOnly, ""); math.Abs(got*got-(rest+2)) > 1e-9 {
+	cls.Missing = map[string]float64{ReadSizeLog2: 2}
+	if got := m.Distance(cls, writeOnly, ""); math.Abs(got*got-(rest+2)) > 1e-9 {
 		t.Errorf("missing read size charged 2: squared distance %v, want %v", got*got, rest+2)
 	}
-	rfa.Missing[ReadSizeLog2] = 1e6
-	if got := m.Distance(rfa, writeOnly, ""); math.Abs(got-before) > 1e-9 {
+	cls.Missing[ReadSizeLog2] = 1e6
+	if got := m.Distance(cls, writeOnly, ""); math.Abs(got-before) > 1e-9 {
 		t.Errorf("missing read size charged 1e6: distance %v, want the far ramp's end's %v", got, before)
 	}
 	withReads := Inputs(Counts{Reads: 100, ReadBytes: 100 * 8192, Writes: 100, WriteBytes: 100 * 32768})
-	rfa.Missing[ReadSizeLog2] = 0
-	if got, want := m.Distance(rfa, withReads, ""), m.Distance(m.Classes[3], withReads, ""); got != want {
+	cls.Missing[ReadSizeLog2] = 0
+	if got, want := m.Distance(cls, withReads, ""), m.Distance(plain, withReads, ""); got != want {
 		t.Errorf("a disk with reads: distance %v with missing: set, want %v: it counts only without reads", got, want)
 	}
 	bad := *m

@@ -33,6 +33,7 @@ func unitModel(t *testing.T) *Model {
 	one := 1.0
 	m.Softmax = &Softmax{Over: OverDistance, Source: "test"}
 	m.Temperature = &Bonus{Value: &one, Source: "test"}
+	m.Confidence = nil // the tests set one where they need it
 	if err := m.Validate(); err != nil {
 		t.Fatalf("the test model: %v", err)
 	}

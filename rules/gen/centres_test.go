@@ -6,19 +6,20 @@ import (
 )
 
 // TestPointCentresChoice checks which models get the table of centres: the
-// candidate's (every range one value) does, the live boxes do not, and
-// neither does the candidate with one guest file system's value widened to
-// a range, which the table's single coordinate cannot hold.
+// fitted model of rules/classes.yaml (every range one value) does, the
+// boxes the fit starts from (tests/workload/testdata/classes-fitbase.yaml)
+// do not, and neither does the fitted model with one guest file system's
+// value widened to a range, which the table's single coordinate cannot hold.
 func TestPointCentresChoice(t *testing.T) {
-	cand, live := thresholdsOf(t, "../classes-candidate.yaml"), thresholdsOf(t, "../classes.yaml")
-	if !pointCentres(&cand.Model) {
-		t.Error("the candidate's centres are not taken as points")
+	fitted, boxes := thresholdsOf(t, "../classes.yaml"), thresholdsOf(t, "../../tests/workload/testdata/classes-fitbase.yaml")
+	if !pointCentres(&fitted.Model) {
+		t.Error("the fitted model's centres are not taken as points")
 	}
-	if pointCentres(&live.Model) {
-		t.Error("the live boxes are taken as points")
+	if pointCentres(&boxes.Model) {
+		t.Error("the boxes are taken as points")
 	}
 	widened := false
-	for _, c := range cand.Model.Classes {
+	for _, c := range fitted.Model.Classes {
 		for g, over := range c.GuestFS {
 			for f, b := range over {
 				c.GuestFS[g][f] = [2]float64{b[0], b[0] + 1}
@@ -32,21 +33,21 @@ func TestPointCentresChoice(t *testing.T) {
 		}
 	}
 	if !widened {
-		t.Fatal("the candidate has no guest file system's value to widen")
+		t.Fatal("the fitted model has no guest file system's value to widen")
 	}
-	if pointCentres(&cand.Model) {
+	if pointCentres(&fitted.Model) {
 		t.Error("a centre with a guest file system's range is taken as a point")
 	}
 }
 
-// TestPointRulesOrder checks that the candidate's workload group records
-// the scaled features and every centre before the distances that read
-// them, as Prometheus evaluates a group's rules in order.
+// TestPointRulesOrder checks that the workload group of the fitted model
+// (rules/classes.yaml) records the scale, the scaled features and every
+// centre before the distances that read them, as Prometheus evaluates a
+// group's rules in order: out of order, a distance would read the previous
+// evaluation's features, which a steady promtool fixture does not show.
 func TestPointRulesOrder(t *testing.T) {
-	th := thresholdsOf(t, "../classes-candidate.yaml")
-	o := committed
-	o.Classes = "../classes-candidate.yaml"
-	p, err := params(o)
+	th := thresholdsOf(t, committed.Classes)
+	p, err := params(committed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +58,11 @@ func TestPointRulesOrder(t *testing.T) {
 	}
 	for _, r := range workloadRules(p) {
 		if r.Record == "domain_disk:fspair_workload_distance:scaled" {
-			if seen[scaledName] != 1 || seen[centreName] != centres {
-				t.Fatalf("a distance comes after %d scaled-feature rules and %d centre rules, want 1 and %d", seen[scaledName], seen[centreName], centres)
+			if seen[scaleName] != 1 || seen[scaledName] != 1 || seen[centreName] != centres {
+				t.Fatalf("a distance comes after %d scale, %d scaled-feature and %d centre rules, want 1, 1 and %d", seen[scaleName], seen[scaledName], seen[centreName], centres)
 			}
 			if !strings.Contains(r.Expr, centreName) {
-				t.Errorf("the candidate's distance does not read the centres:\n%s", r.Expr)
+				t.Errorf("the distance does not read the centres:\n%s", r.Expr)
 			}
 		}
 		seen[r.Record]++
@@ -80,14 +81,11 @@ func thresholdsOf(t *testing.T, path string) *Thresholds {
 	return th
 }
 
-// TestCandidateFleetSplit checks that in a fleet's split the candidate's
-// classifier stays on each host's Prometheus, as the live one does: its
-// scaled features and constants are per host, so nothing that reads them
-// moves to Thanos Ruler.
-func TestCandidateFleetSplit(t *testing.T) {
-	o := committed
-	o.Classes = "../classes-candidate.yaml"
-	p, err := params(o)
+// TestFleetSplitClassifier checks that in a fleet's split the classifier
+// stays on each host's Prometheus: its scaled features and constants are
+// per host, so nothing that reads them moves to Thanos Ruler.
+func TestFleetSplitClassifier(t *testing.T) {
+	p, err := params(committed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -17,19 +16,32 @@ import (
 
 // modelTests are the promtool tests of rules/tests/workload.yml that the
 // classifier package is checked against, at 10m: the recording rules'
-// scores, distances and features, rounded, and the label that tells the
-// series of one disk apart.
+// scores, distances, nearest distance and features, rounded, and the label
+// that tells the series of one disk apart (none: one series a disk).
 var modelTests = map[string]string{
-	"round(domain_disk:fspair_workload_score:ratio, 0.001)":     "class",
-	"round(domain_disk:fspair_workload_distance:scaled, 0.001)": "class",
-	"round(domain_disk:fspair_workload_feature:value, 0.001)":   "feature",
+	"round(domain_disk:fspair_workload_score:ratio, 0.001)":         "class",
+	"round(domain_disk:fspair_workload_distance:scaled, 0.001)":     "class",
+	"round(domain_disk:fspair_workload_distance:min_scaled, 0.001)": "",
+	"round(domain_disk:fspair_workload_feature:value, 0.001)":       "feature",
+}
+
+// nearest is the distance of a disk from its nearest class, what the
+// min_scaled rule records; ok is false where the disk has no distances.
+func nearest(dist map[string]float64) (d float64, ok bool) {
+	d = math.Inf(1)
+	for _, v := range dist {
+		if !math.IsNaN(v) {
+			d, ok = math.Min(d, v), true
+		}
+	}
+	return d, ok
 }
 
 // updateWorkload rewrites the expected samples of modelTests (and the
 // confidence) in rules/tests/workload.yml from the classifier package, for
 // a model that changed; promtool then checks the rules against them. The
 // classes the test expects stay as written.
-var updateWorkload = flag.Bool("update-workload", false, "rewrite rules/tests/workload.yml's expected features, distances, scores and confidences from rules/classifier")
+var updateWorkload = flag.Bool("update-workload", false, "rewrite rules/tests/workload.yml's expected features, distances, nearest distances, scores and confidences from rules/classifier")
 
 var (
 	seriesRE = regexp.MustCompile(`^([a-z_]+)\{(.*)\}$`)
@@ -130,6 +142,18 @@ func TestClassifierMatchesRules(t *testing.T) {
 	}
 	loadYAML(t, "../tests/workload.yml", &f)
 	disks, guestFS := steadyDisks(t, "../tests/workload.yml")
+	// The fixture holds a disk that writes without reading, so that each
+	// class's charge for a missing read size is checked, and one of a
+	// guest file system the exporter could not tell, so that the classes'
+	// own values are.
+	writeOnly, noGuest := false, false
+	for name, d := range disks {
+		writeOnly = writeOnly || d["read"] == 0 && d["write"] > 0
+		noGuest = noGuest || guestFS[name] == "" && d["read"]+d["write"] > 0
+	}
+	if !writeOnly || !noGuest {
+		t.Errorf("rules/tests/workload.yml: a disk that only writes %v, a busy disk of no known guest file system %v; want both", writeOnly, noGuest)
+	}
 	got := map[string]map[string]float64{} // expr -> domain/label value -> value
 	for e := range modelTests {
 		got[e] = map[string]float64{}
@@ -156,6 +180,9 @@ func TestClassifierMatchesRules(t *testing.T) {
 			if !math.IsNaN(v) {
 				put("round(domain_disk:fspair_workload_distance:scaled, 0.001)", name, c, v)
 			}
+		}
+		if v, ok := nearest(r.Distances); ok {
+			put("round(domain_disk:fspair_workload_distance:min_scaled, 0.001)", name, "", v)
 		}
 	}
 	if *updateWorkload {
@@ -200,8 +227,9 @@ func TestClassifierMatchesRules(t *testing.T) {
 }
 
 // rewriteExpected replaces, in the promtool test file at path, the
-// expected samples at 10m of the classifier's features, distances, scores
-// and confidence with what the classifier package computes for its disks.
+// expected samples at 10m of the classifier's features, distances, nearest
+// distance, scores and confidence with what the classifier package
+// computes for its disks.
 func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[string]map[string]float64, guestFS map[string]string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -236,6 +264,9 @@ func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[s
 				add("round(domain_disk:fspair_workload_distance:scaled, 0.001)", name, "class", c, v)
 			}
 		}
+		if v, ok := nearest(r.Distances); ok {
+			add("round(domain_disk:fspair_workload_distance:min_scaled, 0.001)", name, "", "", v)
+		}
 		for _, c := range scoreOrderForTest {
 			add("round(domain_disk:fspair_workload_score:ratio, 0.001)", name, "class", c, r.Scores[c])
 		}
@@ -248,12 +279,18 @@ func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[s
 		if i < 0 {
 			t.Fatalf("%s: no case %q at 10m", path, expr)
 		}
+		// The case's samples run to the first line indented less than
+		// a sample's: the next case, or a comment before it, stays.
 		start := i + len(head)
-		end := strings.Index(text[start:], "\n      - expr: ")
-		if end < 0 {
-			end = len(text) - start
+		end := start
+		for end < len(text) && strings.HasPrefix(text[end:], "          ") {
+			if nl := strings.IndexByte(text[end:], '\n'); nl >= 0 {
+				end += nl + 1
+			} else {
+				end = len(text)
+			}
 		}
-		text = text[:start] + strings.Join(lines, "\n") + text[start+end:]
+		text = text[:start] + strings.Join(lines, "\n") + "\n" + text[end:]
 	}
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -263,121 +300,3 @@ func rewriteExpected(t *testing.T, path string, m *classifier.Model, disks map[s
 
 // scoreOrderForTest lists the classes that have a score series.
 var scoreOrderForTest = append(append([]string{}, classifier.Workloads...), classifier.Idle, classifier.Mixed)
-
-// TestCandidateRulesMatchClassifier checks the rules generated from the
-// fitted candidate model (rules/classes-candidate.yaml: ranges per guest
-// file system, its softmax and temperature) against the classifier package
-// on the disks of rules/tests/workload.yml: promtool evaluates the
-// candidate's rules on those input series and must find, at 10m, the
-// features, distances, scores and confidence rules/classifier computes.
-func TestCandidateRulesMatchClassifier(t *testing.T) {
-	const path = "../classes-candidate.yaml"
-	th, err := LoadThresholds(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := committed
-	o.Classes = path
-	files, err := Generate(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for _, sub := range []string{"rules", "tests"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, "rules", name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The live test's rule files (../fspair.rules.yml ...) and input
-	// series, with only the model's cases at 10m, whose expected samples
-	// rewriteExpected then computes from the candidate.
-	b, err := os.ReadFile("../tests/workload.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.ReplaceAll(string(b), "  - ../", "  - ../rules/")
-	cut := strings.Index(text, "    promql_expr_test:\n")
-	if cut < 0 {
-		t.Fatal("rules/tests/workload.yml: no promql_expr_test")
-	}
-	// One disk more: backup1's writes without its reads, as rfa whose
-	// reads stay in the guest's cache, so that each class's own charge
-	// for a missing mean read size (missing:) is checked too.
-	text = text[:cut] + writeOnlyDisk(t, text[:cut], "backup1", "wonly1") + unknownGuestDisk(t, text[:cut], "mail1", "nofs1") + "    promql_expr_test:\n"
-	for _, expr := range append(sortedKeys(modelTests), "round(domain_disk:fspair_workload_class:confidence, 0.001)") {
-		// A placeholder sample: rewriteExpected replaces each case's
-		// samples up to the next case's line.
-		text += fmt.Sprintf("      - expr: '%s'\n        eval_time: 10m\n        exp_samples:\n          - value: 0\n", expr)
-	}
-	test := filepath.Join(dir, "tests", "candidate.yml")
-	if err := os.WriteFile(test, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	disks, guestFS := steadyDisks(t, test)
-	if _, ok := disks["wonly1"]; !ok {
-		t.Fatal("the write-only disk is not among the test's disks")
-	}
-	if _, ok := disks["nofs1"]; !ok || guestFS["nofs1"] != "" {
-		t.Fatalf("the disk of no known guest file system: among the disks %v, guest_fs %q", ok, guestFS["nofs1"])
-	}
-	rewriteExpected(t, test, &th.Model, disks, guestFS)
-	b, err = os.ReadFile(test)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its distance and its score from rfa.
-	if n := len(regexp.MustCompile(`labels: '\{[^']*domain="wonly1"[^']*class="rfa"\}'`).FindAll(b, -1)); n != 2 {
-		t.Fatalf("%d expected samples of the write-only disk for rfa, want its distance and score: its missing read size is not checked", n)
-	}
-	promtool(t, filepath.Join(dir, "tests"), "test", "rules", "candidate.yml")
-}
-
-// unknownGuestDisk returns the input series of domain from in as those of
-// as, its fspair_disk_info's guest_fs empty (the exporter could not tell
-// it): the class's own ranges, not a guest's, must apply.
-func unknownGuestDisk(t *testing.T, in, domain, as string) string {
-	t.Helper()
-	guest := regexp.MustCompile(`guest_fs="[^"]*"`)
-	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
-		return guest.ReplaceAllString(series, `guest_fs=""`), values
-	})
-}
-
-// writeOnlyDisk returns the input series of domain from in (a rule test's
-// input_series, two lines a series) as those of domain as, its read series
-// flat at 0.
-func writeOnlyDisk(t *testing.T, in, domain, as string) string {
-	t.Helper()
-	flat := regexp.MustCompile(`values: '.*'`)
-	return copyDisk(t, in, domain, as, func(series, values string) (string, string) {
-		if strings.Contains(series, `op="read"`) {
-			values = flat.ReplaceAllString(values, "values: '0+0x45'")
-		}
-		return series, values
-	})
-}
-
-// copyDisk returns the input series of domain from in (a rule test's
-// input_series, two lines a series) renamed to as, each series and its
-// values line passed through edit.
-func copyDisk(t *testing.T, in, domain, as string, edit func(series, values string) (string, string)) string {
-	t.Helper()
-	lines := strings.Split(in, "\n")
-	var out []string
-	for i := 0; i+1 < len(lines); i++ {
-		if !strings.Contains(lines[i], "- series: ") || !strings.Contains(lines[i], `domain="`+domain+`"`) {
-			continue
-		}
-		series, values := edit(strings.ReplaceAll(lines[i], domain, as), lines[i+1])
-		out = append(out, series, values)
-	}
-	if len(out) == 0 {
-		t.Fatalf("no input series of %s", domain)
-	}
-	return strings.Join(out, "\n") + "\n"
-}

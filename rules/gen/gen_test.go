@@ -393,7 +393,11 @@ func TestThresholdsValidation(t *testing.T) {
 		{"inverted ramp", "below: [0.5, 2]", "below: [2, 0.5]", nil},
 		{"far must rise", `far:\n  above:`, "far:\n  below:", nil},
 		{"box on an unlisted feature", `(?m)^      sync_write_share: \[`, "      random_read_share: [", nil},
-		{"inverted box", `read_write_log2: \[([-0-9.e]+), ([-0-9.e]+)\]`, "read_write_log2: [${2}, ${1}]", nil},
+		// The fitted centres are points ([v, v]), which swapping leaves
+		// as they are: the upper end goes below the feature's clamp
+		// (-10), under any lower end.
+		{"inverted box", `read_write_log2: \[([-0-9.e]+), ([-0-9.e]+)\]`, "read_write_log2: [${1}, -11]", nil},
+		{"inverted guest range", `(?m)^(        sync_write_share: \[[-0-9.e]+, )[-0-9.e]+\]`, "${1}-1]", nil},
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
@@ -482,9 +486,10 @@ func TestKBMerge(t *testing.T) {
 // generated from fixed thresholds (testdata/classes.yaml) and a site file
 // (testdata/site.yaml): distance and softmax arithmetic, the far ramp,
 // hysteresis, the speed of a class change, and site verdicts overriding
-// published ones. The production tests in rules/tests use archetypes inside
-// their boxes so that they survive threshold tuning; these pin down the
-// arithmetic in between.
+// published ones. The production tests in rules/tests put their disks at the
+// live model's fitted centres (TestClassifierMatchesRules's -update-workload
+// rewrites their expected classifier values after a fit); these pin down
+// the arithmetic on thresholds that do not move.
 func TestFixture(t *testing.T) {
 	o := committed
 	o.Classes, o.Site = "testdata/classes.yaml", "testdata/site.yaml"
@@ -595,17 +600,19 @@ func TestLongWindowRead(t *testing.T) {
 	}
 }
 
-// TestCandidateValidation checks what only the fitted candidate model
-// (rules/classes-candidate.yaml, tests/workload/filebench -fit -write) has:
-// ranges per guest file system, a softmax and its temperature, a class's own
-// charge for a missing request size, each refused when malformed.
-func TestCandidateValidation(t *testing.T) {
-	base, err := os.ReadFile("../classes-candidate.yaml")
+// TestFittedModelValidation checks what only the fitted model of
+// rules/classes.yaml (tests/workload/filebench -fit -write) has beside the
+// thresholds TestThresholdsValidation checks: ranges per guest file system,
+// further centres (others), a softmax and its temperature, a class's own
+// charge for a missing request size and the calibrated confidence, each
+// refused when malformed.
+func TestFittedModelValidation(t *testing.T) {
+	base, err := os.ReadFile("../classes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadThresholds("../classes-candidate.yaml"); err != nil {
-		t.Fatalf("committed candidate: %v", err)
+	if _, err := LoadThresholds("../classes.yaml"); err != nil {
+		t.Fatalf("committed classes.yaml: %v", err)
 	}
 	for _, c := range []struct{ name, re, new string }{
 		{"guest range on a feature the box lacks", `(?m)^    guest_fs:\n      (ext4|xfs|btrfs):\n`, "    guest_fs:\n      ${1}:\n        random_read_share: [0, 1]\n"},
@@ -624,7 +631,7 @@ func TestCandidateValidation(t *testing.T) {
 		re := regexp.MustCompile(c.re)
 		loc := re.FindStringIndex(string(base))
 		if loc == nil {
-			t.Fatalf("%s: the edit does not apply to the candidate", c.name)
+			t.Fatalf("%s: the edit does not apply to classes.yaml", c.name)
 		}
 		body := string(base[:loc[0]]) + re.ReplaceAllString(string(base[loc[0]:loc[1]]), c.new) + string(base[loc[1]:])
 		if _, err := LoadThresholds(writeTemp(t, body)); err == nil {

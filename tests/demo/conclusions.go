@@ -57,7 +57,7 @@ type diskState struct {
 	domain, target          string
 	guestFS, hostFS, format string
 	class                   string  // live workload class; "" before the rules have one
-	confidence              float64 // best score minus runner-up, damped while the class settles; NaN: none yet
+	confidence              float64 // domain_disk:fspair_workload_class:confidence (damped while the class settles); NaN: none yet
 	// settled is the share of the settle time the class has been held
 	// (1: settled; NaN: no class, or the rules have not recorded it yet):
 	// until then nothing acts on the class, and the demo shows no verdict

@@ -105,8 +105,8 @@ func checkWidth(t *testing.T, what string, lines []string) {
 // The rows demo-smoke checks (scripts/demo-smoke.sh greps the same
 // patterns): keep both in step.
 var (
-	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing \(runbooks/FspairPoorPairing\.md\)`)
-	smokeWeb  = regexp.MustCompile(`^demo-web/vda +web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+ +-$`)
+	smokeMail = regexp.MustCompile(`^demo-mail/vda +mail +[0-9.]+ +btrfs/ext4 raw +worst, site\* +[0-9.]+ +.*FspairPoorPairing( \(runbooks/FspairPoorPairing\.md\))?$`)
+	smokeWeb  = regexp.MustCompile(`^demo-web/vda +(web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+|web \(unsure\) +[0-9.]+ +xfs/ext4 raw +- +([0-9.]+|-)) +-$`)
 	smokeNote = regexp.MustCompile(`^  \* demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict\.$`)
 	// A row whose class is still settling, and such a row without a
 	// verdict: every row matching the first must match the second.
@@ -134,6 +134,23 @@ func TestConclusionsTableDemo(t *testing.T) {
 	}
 	if !smokeNote.MatchString(lines[3]) {
 		t.Errorf("demo-smoke's pattern for the mail row's note does not match %q", lines[3])
+	}
+	// demo-web settled but unsure (the rules did not pair it): no verdict,
+	// which the smoke's pattern takes too; a verdict beside it, never.
+	u := demoDisks()
+	u[1].confidence, u[1].paired = 0, false
+	ut := conclusionsTable(u, lineWidth)
+	unsure := ut[2]
+	if !strings.Contains(unsure, "web (unsure)") || !smokeWeb.MatchString(unsure) {
+		t.Errorf("demo-smoke's pattern for the web row does not match the unsure row %q", unsure)
+	}
+	// Its wider class cell leaves the mail row's alert its name only: the
+	// smoke's pattern takes it (the alert's line names the runbook).
+	if !smokeMail.MatchString(ut[1]) {
+		t.Errorf("demo-smoke's pattern for the mail row does not match %q (beside an unsure web row)", ut[1])
+	}
+	if bad := "demo-web/vda   web (unsure)  0.00  xfs/ext4 raw      best, published  1.02    -"; smokeWeb.MatchString(bad) {
+		t.Errorf("demo-smoke's pattern for the web row takes a verdict beside an unsure class: %q", bad)
 	}
 	// The pending alert shows as such, without its runbook, and the
 	// smoke's pattern wants it firing.

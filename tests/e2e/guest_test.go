@@ -68,27 +68,8 @@ func TestGuestPath(t *testing.T) {
 			}
 			disks = append(disks, lab.DiskConfig{ID: s.id, File: path, Format: s.format, Cache: s.cache, AIO: s.aio})
 		}
-		vm, err := l.StartVM(ctx, lab.VMConfig{Name: "e2e-guest-qemu", Disks: disks, FspairQMP: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		vm, g := startPathVM(ctx, t, l, "e2e-guest-qemu", disks)
 		defer vm.Stop()
-		files := map[string]string{}
-		for _, d := range disks {
-			files[d.ID] = d.File
-		}
-		g := &pathVM{name: vm.Name, run: vm, pid: vm.PID(), dir: vm.Dir, source: "qmp",
-			truth: func(ctx context.Context) (map[string]lab.BlockStats, error) {
-				byID, err := vm.BlockStats(ctx)
-				if err != nil {
-					return nil, err
-				}
-				out := map[string]lab.BlockStats{}
-				for id, s := range byID {
-					out[files[id]] = s
-				}
-				return out, nil
-			}}
 		for _, d := range disks {
 			t.Run(d.ID, func(t *testing.T) {
 				dev, err := vm.GuestDevice(ctx, d.ID)
@@ -128,6 +109,33 @@ func TestGuestPath(t *testing.T) {
 		}
 	})
 	t.Logf("guest path test took %.1fs", time.Since(began).Seconds())
+}
+
+// startPathVM starts a plain QEMU guest with the disks and a QMP monitor
+// for the exporter, and its pathVM: the test's own query-blockstats by
+// image file. The caller stops the VM.
+func startPathVM(ctx context.Context, t *testing.T, l *lab.Lab, name string, disks []lab.DiskConfig) (*lab.VM, *pathVM) {
+	t.Helper()
+	vm, err := l.StartVM(ctx, lab.VMConfig{Name: name, Disks: disks, FspairQMP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, d := range disks {
+		files[d.ID] = d.File
+	}
+	return vm, &pathVM{name: vm.Name, run: vm, pid: vm.PID(), dir: vm.Dir, source: "qmp",
+		truth: func(ctx context.Context) (map[string]lab.BlockStats, error) {
+			byID, err := vm.BlockStats(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]lab.BlockStats{}
+			for id, s := range byID {
+				out[files[id]] = s
+			}
+			return out, nil
+		}}
 }
 
 // pathVM is a guest whose disks TestGuestPath checks.

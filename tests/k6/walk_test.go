@@ -49,8 +49,13 @@ func (v varFlags) Set(s string) error {
 // walkFacts are what the reasons for empty queries look at, and how the
 // dashboards were opened.
 type walkFacts struct {
-	liveClasses map[string]bool   // the disks' live workload classes at the end of the range
-	domainClass map[string]string // each domain's live classes, joined by commas
+	liveClasses map[string]bool // the disks' live workload classes at the end of the range
+	// pairedClasses are the live classes some disk has paired
+	// (domain_disk:fspair_class_pair:info: settled, and at the rules'
+	// minimum confidence for a workload class), what the fleet series
+	// are made of.
+	pairedClasses map[string]bool
+	domainClass   map[string]string // each domain's live classes, joined by commas
 	// domainInfo is each domain's disks' fspair_disk_info labels: label
 	// name -> the values its disks have, joined by commas.
 	domainInfo map[string]map[string]string
@@ -113,13 +118,17 @@ var expectedEmpty = []emptyReason{
 	},
 	{
 		summary: "copies of a row repeated per workload class (fleet: class, knowledge base: workload) for a class " +
-			"no disk has live at the end of the range: their fleet series (class_pair:*, class:*, domain_disk:*) are " +
-			"empty; the demo runs a web-like and a mail-like VM (demo-smoke requires them classed so, -classes " +
-			"demo-web=web,demo-mail=mail), so fileserver, rfa and mixed have no disk",
+			"no disk has paired at the end of the range (live, settled and, for a workload class, at the rules' minimum " +
+			"confidence): their fleet series (class_pair:*, class:*, domain_disk:*) are empty; the demo runs a web-like " +
+			"and a mail-like VM (demo-smoke requires them classed so, -classes demo-web=web,demo-mail=mail), so " +
+			"fileserver, rfa and mixed have no disk, and web none paired while demo-web's class is unsure",
 		why: func(q Query, f walkFacts) string {
 			name, class, ok := strings.Cut(q.Repeat, "=")
-			if !ok || (name != "class" && name != "workload") || f.liveClasses[class] || !fleetSeries.MatchString(q.Template) {
+			if !ok || (name != "class" && name != "workload") || f.pairedClasses[class] || !fleetSeries.MatchString(q.Template) {
 				return ""
+			}
+			if f.liveClasses[class] {
+				return fmt.Sprintf("no disk has its class %s paired (unsure or settling)", class)
 			}
 			return fmt.Sprintf("no disk's live class is %s", class)
 		},
@@ -335,7 +344,14 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 	w := Window{End: time.Now(), Range: *walkRange, Scrape: *walkScrape}
 	// The classes the disks have now: a copy for a class one disk had a
 	// while ago may miss the fleet group's evaluations of it.
-	facts = walkFacts{liveClasses: map[string]bool{}, domainClass: map[string]string{}, domainInfo: map[string]map[string]string{}}
+	facts = walkFacts{liveClasses: map[string]bool{}, pairedClasses: map[string]bool{}, domainClass: map[string]string{}, domainInfo: map[string]map[string]string{}}
+	paired, err := instantQuery(ctx, *walkProm, `group by (class) (domain_disk:fspair_class_pair:info)`, w.End)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range paired.Data.Result {
+		facts.pairedClasses[s.Metric["class"]] = true
+	}
 	classes, err := instantQuery(ctx, *walkProm, `group by (domain, class) (domain_disk:fspair_workload_class:info)`, w.End)
 	if err != nil {
 		t.Fatal(err)
@@ -535,6 +551,31 @@ func TestConfigCounterReason(t *testing.T) {
 		q := Query{Expr: c.expr, Template: c.expr}
 		if got := reason.why(q, f) != ""; got != c.empty {
 			t.Errorf("%s: allowed empty %v, want %v", c.expr, got, c.empty)
+		}
+	}
+}
+
+// TestEmptyReasonUnpairedClass: a fleet row repeated for a class is allowed
+// empty while no disk has that class paired, live or not; never once one has.
+func TestEmptyReasonUnpairedClass(t *testing.T) {
+	var reason emptyReason
+	for _, r := range expectedEmpty {
+		if strings.Contains(r.summary, "copies of a row repeated per workload class") {
+			reason = r
+		}
+	}
+	if reason.why == nil {
+		t.Fatal("no reason for the per-class rows")
+	}
+	f := walkFacts{liveClasses: map[string]bool{"web": true, "mail": true}, pairedClasses: map[string]bool{"mail": true}}
+	tmpl := `count by (guest_fs, host_fs) (domain_disk:fspair_class_pair:info{class="$class"})`
+	for _, c := range []struct {
+		class string
+		empty bool
+	}{{"mail", false}, {"web", true}, {"rfa", true}} {
+		q := Query{Expr: tmpl, Template: tmpl, Repeat: "class=" + c.class}
+		if got := reason.why(q, f) != ""; got != c.empty {
+			t.Errorf("class %s: allowed empty %v, want %v (%q)", c.class, got, c.empty, reason.why(q, f))
 		}
 	}
 }

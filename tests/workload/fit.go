@@ -104,7 +104,7 @@ type FitOptions struct {
 	ConfidentRight, WrongLow float64
 }
 
-// DefaultFit are the options the candidate model is fitted with. Each class
+// DefaultFit are the options the live model (rules/classes.yaml) is fitted with. Each class
 // is its centre (Quantile 0.5: the median of its windows, per guest file
 // system where that lies GuestShift units or more from the median over
 // every guest), not a box: boxes spanning 5-95% of the windows overlapped

@@ -133,7 +133,7 @@ func TestRenderFit(t *testing.T) {
 	}
 }
 
-// roundTripModel is the live model with what only a fitted candidate
+// roundTripModel is the live model with what only a fitted model
 // has: a softmax, a temperature, a confidence, centres with guest file
 // system centres, missing charges and other centres of their own, and
 // sources with what YAML would read otherwise unquoted (": ", " #").
@@ -208,31 +208,31 @@ func TestModelYAMLRoundTrip(t *testing.T) {
 	}
 }
 
-// writeAndLoad sets fitted into the live rules/classes.yaml as -fit
-// -write does and loads the file that gives.
+// writeAndLoad sets fitted into rules/classes.yaml as -fit -write does and
+// loads the file that gives.
 func writeAndLoad(t *testing.T, fitted string) *classifier.Model {
 	t.Helper()
 	live, err := os.ReadFile("../../../rules/classes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := candidate(string(live), fitted)
+	text, err := withFitted(string(live), fitted)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "classes-candidate.yaml")
+	p := filepath.Join(t.TempDir(), "classes.yaml")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c, err := LoadClassifier(p)
 	if err != nil {
-		t.Fatalf("the candidate written does not load: %v", err)
+		t.Fatalf("the model written does not load: %v", err)
 	}
 	return c.Model
 }
 
 // storedFit is the model DefaultFit gives on the stored Filebench runs and
-// fio models from the live rules/classes.yaml: what -fit -write writes.
+// fio models from the fit's base: what -fit -write writes.
 func storedFit(t *testing.T) *classifier.Model {
 	t.Helper()
 	res, err := LoadResults("../testdata/filebench.json")
@@ -244,7 +244,7 @@ func storedFit(t *testing.T) *classifier.Model {
 		t.Fatal(err)
 	}
 	train, _ := fitInputs(res, fio, &Options{Window: time.Minute, Step: 30 * time.Second})
-	m, err := workload.Fit(liveClassifier(t).Model, train, workload.DefaultFit)
+	m, err := workload.Fit(fitBase(t).Model, train, workload.DefaultFit)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -322,47 +322,27 @@ func fit(base *classifier.Model, res *Results, o *Options, stdout io.Writer) err
 	if err != nil {
 		return err
 	}
-	cand, err := candidate(string(live), modelYAML(m))
+	text, err := withFitted(string(live), modelYAML(m))
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(o.Candidate, []byte(cand), 0o644); err != nil {
+	if err := os.WriteFile(o.Classes, []byte(text), 0o644); err != nil {
 		return err
 	}
 	return replaceBlock(o.RulesReadme, lopoBegin, lopoEnd, report.String())
 }
 
-// candidateHeader opens the candidate model's file.
-const candidateHeader = `# The candidate classifier: rules/classes.yaml with its mixed and far ramps,
-# features and workload boxes replaced by the fit on the Filebench runs and
-# the fio models (the FITTED block), and a softmax, its temperature and a
-# confidence of its own. Each fitted class is a centre, not a box: every
-# range of its box is one value, the median of its windows (per guest file
-# system where guest_fs gives one), and its distance how many feature
-# scales a disk lies from it; its others: are further centres (its fio
-# model's), a disk's distance from the class that from the nearest; its
-# missing: entries are what it counts for a conditional feature (a mean
-# request size, the random share of writes) a disk cannot show, learnt from its own windows. Written by
-# go run ./tests/workload/filebench -fit -write; do not edit. The rules are
-# generated from rules/classes.yaml, not from this file, until the candidate's
-# held-out figures (rules/README.md) meet issue 37's targets.
-`
-
-// candidate returns the live model's text with its mixed and far ramps and
-// its features and workloads (up to activity:) replaced by fitted.
-func candidate(live, fitted string) (string, error) {
-	far, hyst := strings.Index(live, "\nmixed:\n"), strings.Index(live, "\nhysteresis_bonus:")
-	feat, act := strings.Index(live, "\nfeatures:\n"), strings.Index(live, "\nactivity:\n")
-	if far < 0 || hyst < far || feat < hyst || act < feat ||
-		!strings.HasPrefix(live[far:hyst], "\nmixed:\n") || !strings.Contains(live[far:hyst], "\nfar:\n") {
-		return "", fmt.Errorf("the live model lacks mixed and far, hysteresis_bonus, features or activity in that order")
+// withFitted returns the thresholds file's text with fitted as its model,
+// between its BEGIN FITTED and END FITTED lines: the fitted block holds
+// the mixed and far ramps, the features and the workloads, everything the
+// fit sets.
+func withFitted(live, fitted string) (string, error) {
+	i := strings.Index(live, "\n"+fitBegin+"\n")
+	j := strings.Index(live, "\n"+fitEnd+"\n")
+	if i < 0 || j < i || strings.Count(live, fitBegin) != 1 || strings.Count(live, "\n"+fitEnd+"\n") != 1 {
+		return "", fmt.Errorf("the model has no fitted block: one BEGIN FITTED line and one END FITTED line after it")
 	}
-	// The live file marks its own fitted block: its opening line, just
-	// before features:, is written once, below.
-	mid := strings.TrimSuffix(live[hyst+1:feat+1], fitBegin+"\n")
-	out := candidateHeader + live[:far+1] + mid +
-		fitBegin + "\n" + strings.TrimRight(fitted, "\n") + "\n" + fitEnd + "\n" + live[act:]
-	return out, nil
+	return live[:i+1] + fitBegin + "\n" + strings.TrimRight(fitted, "\n") + live[j:], nil
 }
 
 // The generated blocks -fit -write replaces: the fitted features and

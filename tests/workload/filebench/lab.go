@@ -19,7 +19,8 @@ import (
 )
 
 // The lab's recorded windows that are not the Filebench series (issue 37):
-// before the candidate replaces the live boxes, what each model does on the
+// what the live fitted model does on them beside the boxes it replaced (the
+// fit's base), on the
 // fio models, their held-out variants, the real programs, the workload
 // switch and the pair lab's runs, and what the lab tests and the demo that
 // assert a class would see. Paths are from the repository's root, as the
@@ -241,8 +242,8 @@ func syntheticObservations() []workload.Observation {
 	return out
 }
 
-// labEval is one source's windows classed by the live model and by the
-// candidate, window for window.
+// labEval is one source's windows classed by the boxes (Live: the model
+// live before the fit) and by the fitted model (Cand), window for window.
 type labEval struct {
 	Source     string
 	Live, Cand []workload.Evaluated
@@ -309,8 +310,8 @@ func tally(n map[string]int) string {
 	return countText(n)
 }
 
-// versus writes a live and a candidate figure of the same windows side by
-// side, "live → candidate".
+// versus writes the boxes' and the fitted model's figure of the same
+// windows side by side, "boxes → fitted".
 func versus(live, cand string) string { return live + " → " + cand }
 
 func frac(n, d int) string {
@@ -336,12 +337,12 @@ func byExpected(live, cand []workload.Evaluated) (classes []string, l, c map[str
 	return classes, l, c
 }
 
-// renderLab writes the tables: per source and class, the live model's
-// figures beside the candidate's; then every group of windows either got
+// renderLab writes the tables: per source and class, the boxes'
+// figures beside the fitted model's; then every group of windows either got
 // wrong; then what the lab tests and the demo assert, on this evidence.
 func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labCheck) {
 	minConf := live.Settle.MinConfidence.V()
-	fmt.Fprintf(w, "Each cell is the live model → the candidate. *Settled* windows are the steady-state ones (a run's "+
+	fmt.Fprintf(w, "Each cell is the boxes the fit replaced (tests/workload/testdata/classes-fitbase.yaml) → the live fitted model (rules/classes.yaml). *Settled* windows are the steady-state ones (a run's "+
 		"window after its warm-up; for the switch, the windows that hold one workload's run alone): *right* counts "+
 		"those; the confidence columns count every window, as the Filebench tables do; *paired* is right at the "+
 		"gate's min_confidence (%.2g) or more, what gets a verdict; *verdict on a wrong class* counts settled windows "+
@@ -380,7 +381,7 @@ func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labC
 // either model got wrong: what each chose, at what confidence.
 func renderLabWrong(w io.Writer, evs []labEval) {
 	fmt.Fprintf(w, "\n#### Settled windows either model classes wrong, by source, workload and pair\n\n")
-	fmt.Fprintf(w, "| source | workload | pair | windows | live: chosen (confidence) | candidate: chosen (confidence) |\n|---|---|---|---:|---|---|\n")
+	fmt.Fprintf(w, "| source | workload | pair | windows | boxes: chosen (confidence) | live: chosen (confidence) |\n|---|---|---|---:|---|---|\n")
 	for _, ev := range evs {
 		type key struct{ workload, pair string }
 		var order []key
@@ -620,8 +621,10 @@ func labChecks(kdb map[string]map[string]string) []labCheck {
 	out = append(out,
 		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-mail (mail.fio, btrfs/ext4/raw, cache none, aio native): mail, \"worst, site*\", FspairPoorPairing firing; no verdict on another class",
 			Sources: []string{"pair-lab"}, Match: is("btrfs/ext4/raw", workload.Mail), Paired: always, Forbid: anyOther},
-		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-web (its own fio command, xfs/ext4/raw): web, \"best, published\", no alert; no verdict on another class",
-			Sources: []string{"none recorded"}, Match: is("xfs/ext4/raw", workload.Web), Paired: always, Forbid: anyOther},
+		labCheck{Where: "demo-smoke (make test)", Asserts: "demo-web (web.fio, xfs/ext4/raw, cache none, aio native): web, \"best, published\", no alert; no verdict on another class",
+			Sources: []string{"fio", "fio-guest", "pair-lab"}, Match: func(o workload.Observation) bool {
+				return strings.HasPrefix(o.Pair, "xfs/ext4/") && o.Truth == workload.Web
+			}, Paired: always, Forbid: anyOther},
 		labCheck{Where: "tests/alerting TestAlertPath (make test, synthetic)", Asserts: "mail-worst (xfs/btrfs): mail, FspairPoorPairing delivered; mail-best (ext4/ext4): classed mail",
 			Sources: []string{"synthetic"}, Match: is2("xfs/btrfs/raw", "ext4/ext4/raw", workload.Mail), Paired: own, Forbid: other},
 		labCheck{Where: "dashboards prom_test (make test, synthetic)", Asserts: "both mail disks: a pair verdict (domain_disk:fspair_pair_verdict:info)",
@@ -648,18 +651,18 @@ func renderChecks(w io.Writer, minConf float64, evs []labEval, checks []labCheck
 	}
 	fmt.Fprintf(w, "\n#### What the lab tests and the demo assert, on the recorded windows\n\n")
 	fmt.Fprintf(w, "Settled windows of the same job or program on the same pair and host settings; *paired* is right at %.2g or more (a verdict, the alert), counted where the test needs it.\n\n", minConf)
-	fmt.Fprintf(w, "| test | asserts | evidence | live model | candidate |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| test | asserts | evidence | boxes | live model |\n|---|---|---|---|---|\n")
 	for _, c := range checks {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.Where, c.Asserts, strings.Join(c.Sources, ", "),
 			runCheck(c, live, minConf).describe(c.AnyClass), runCheck(c, cand, minConf).describe(c.AnyClass))
 	}
 }
 
-// labReport classes every recorded non-Filebench window with the live
-// model (-classes) and the candidate (-candidate) and prints the tables;
+// labReport classes every recorded non-Filebench window with the fit's
+// base (-fit-base) and the live model (-classes) and prints the tables;
 // with -write it puts them in -rules-readme.
 func labReport(o *Options, stdout io.Writer) error {
-	text, err := labTables(".", o.Classes, o.Candidate, o.Fio)
+	text, err := labTables(".", o.FitBase, o.Classes, o.Fio)
 	if err != nil {
 		return err
 	}
@@ -670,18 +673,18 @@ func labReport(o *Options, stdout io.Writer) error {
 	return replaceBlock(o.RulesReadme, labBegin, labEnd, text)
 }
 
-// labTables renders the tables from the repository at root, with the live
-// model and the candidate at those paths (relative to the working
-// directory, as -classes and -candidate are) and the fio models' results
-// at fio (relative to root).
-func labTables(root, classes, candidate, fio string) (string, error) {
+// labTables renders the tables from the repository at root, with the
+// fit's base (the boxes) and the live model at those paths (relative to
+// the working directory, as -fit-base and -classes are) and the fio
+// models' results at fio (relative to root).
+func labTables(root, base, classes, fio string) (string, error) {
+	boxes, err := classifier.Load(base)
+	if err != nil {
+		return "", fmt.Errorf("load the fit's base: %w", err)
+	}
 	live, err := classifier.Load(classes)
 	if err != nil {
 		return "", fmt.Errorf("load the live model: %w", err)
-	}
-	cand, err := classifier.Load(candidate)
-	if err != nil {
-		return "", fmt.Errorf("load the candidate: %w", err)
 	}
 	srcs, err := labSources(root, fio)
 	if err != nil {
@@ -692,6 +695,6 @@ func labTables(root, classes, candidate, fio string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	renderLab(&b, live, evaluateLab(live, cand, srcs), labChecks(kdb))
+	renderLab(&b, live, evaluateLab(boxes, live, srcs), labChecks(kdb))
 	return b.String(), nil
 }

@@ -76,7 +76,7 @@ type Options struct {
 	Write         bool
 	Fio           string
 	RulesReadme   string
-	Candidate     string
+	FitBase       string
 	Again         bool
 }
 
@@ -117,15 +117,15 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	files := fs.String("files", "", "$nfiles per personality, NAME=N comma-separated (default: Personalities')")
 	fs.StringVar(&o.Out, "out", "tests/workload/testdata/filebench.json", "results file, and the series' state")
 	fs.StringVar(&o.Report, "report", "tests/workload/filebench/RESULTS.md", "Markdown report written from the results")
-	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "the live classifier's model")
+	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "the live classifier's model; -fit -write rewrites its fitted block")
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock taken per run (\"\": none, when run under flock)")
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
 	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
-	fs.BoolVar(&o.Lab, "lab", false, "class every recorded window that is not Filebench's (fio models, variants, real programs, the switch, the pair lab's runs, the tests' synthetic disks) with -classes and with -candidate, and print the tables and what the lab tests and the demo assert on them; no guests")
-	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -candidate and the evaluation into -rules-readme; with -lab: write its tables into -rules-readme")
+	fs.BoolVar(&o.Lab, "lab", false, "class every recorded window that is not Filebench's (fio models, variants, real programs, the switch, the pair lab's runs, the tests' synthetic disks) with the model the fit starts from (-fit-base) and the live one (-classes), and print the tables and what the lab tests and the demo assert on them; no guests")
+	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -classes (its block between the BEGIN FITTED and END FITTED lines) and the evaluation into -rules-readme; with -lab: write its tables into -rules-readme")
 	fs.StringVar(&o.RulesReadme, "rules-readme", "rules/README.md", "where -fit -write puts the leave-one-pair-out tables")
-	fs.StringVar(&o.Candidate, "candidate", "rules/classes-candidate.yaml", "where -fit -write puts the fitted model: -classes with its far ramp, features and boxes replaced")
+	fs.StringVar(&o.FitBase, "fit-base", "tests/workload/testdata/classes-fitbase.yaml", "the model the fit starts from: the classifier of boxes set on the fio models, whose features, ramps and settings the fit replaces")
 	fs.StringVar(&o.Fio, "fio", "tests/workload/testdata/features.json", "the fio models' runs, fitted on beside Filebench's (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -229,7 +229,11 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 	}
 	command := "go run ./tests/workload/filebench " + strings.Join(args, " ")
 	if o.Fit {
-		return fit(cls.Model, res, o, stdout)
+		base, err := LoadClassifier(o.FitBase)
+		if err != nil {
+			return fmt.Errorf("load the model the fit starts from: %w", err)
+		}
+		return fit(base.Model, res, o, stdout)
 	}
 	if o.Lab {
 		return labReport(o, stdout)

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/fspair/fspair/tests/lab"
+)
+
+// TestGuestHistogram: the guest latency histograms fspair sets over QMP on
+// a plain QEMU (issue 38, item 6), against fio inside the guest. For raw
+// and qcow2 images in the three aio modes, over one fio run of 4 KiB
+// O_DIRECT random reads and writes (psync, one request at a time: every
+// fio I/O is one guest request), per operation:
+//
+//   - the increase of fspair_disk_guest_request_duration_seconds' count
+//     equals the increase of the guest's requests plus failed requests, as
+//     fspair exports them and as QEMU's query-blockstats (asked by the
+//     test) counts them, exactly, and is at least fio's request count;
+//   - fio's completion-latency p99 is above the lower bound of the
+//     histogram's p99 bucket: QEMU times each request from its device
+//     taking it to completing it, inside the time fio sees in the guest,
+//     so the guest's p99 cannot be below QEMU's. The text scrape has the
+//     classic layout, a bucket every 4x (2 us, 8 us, ..., 8.4 s).
+//
+// Whether fio's p99 falls in the same bucket is logged, not asserted: in
+// this lab's TCG guests it does not (2026-11-29T15:52-15:53Z, two runs:
+// fio's p99 0.75 to 2.38 ms, the histogram's p99 bucket (32, 128] us to
+// (0.512, 2.048] ms, one to two buckets below), the guest's own share (its
+// block layer, the virtio notification and the interrupt, emulated) being
+// most of what fio measures.
+func TestGuestHistogram(t *testing.T) {
+	ctx := context.Background()
+	l := lab.ForTest(t)
+	h, err := l.NewHostFS(ctx, "ext4", 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := startExporter(t, "--discovery.proc.qmp", "--guest.interval=500ms", "--guest.timeout=2s")
+	var disks []lab.DiskConfig
+	for _, format := range []string{"raw", "qcow2"} {
+		for _, m := range aioModes {
+			id := fmt.Sprintf("h%s%s", format[:1], m.aio[:2])
+			path := h.Path(id + "." + format)
+			if err := makeDataImage(ctx, path, format); err != nil {
+				t.Fatal(err)
+			}
+			disks = append(disks, lab.DiskConfig{ID: id, File: path, Format: format, Cache: m.cache, AIO: m.aio})
+		}
+	}
+	vm, g := startPathVM(ctx, t, l, "e2e-guest-hist", disks)
+	defer vm.Stop()
+	for _, d := range disks {
+		t.Run(d.ID, func(t *testing.T) {
+			dev, err := vm.GuestDevice(ctx, d.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex.waitFor(t, 20*time.Second, "histogram=ok for "+d.ID, func(s scrape) bool {
+				info := s.series("fspair_disk_guest_info", map[string]string{"source_file": d.File})
+				return len(info) == 1 && labelsOf(info[0])["histogram"] == "ok"
+			})
+			s0, b0 := g.settled(t, ex, d.File)
+			res, err := vm.Fio(ctx, lab.FioJob{Args: fioArgs("/dev/"+dev, "randrw", "4k", "32m", "--io_size=8m", "--percentile_list=99")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1, b1 := g.settled(t, ex, d.File)
+			fioP99 := fioClatP99(t, res)
+			for _, c := range []struct {
+				op              string
+				qemu0, qemu1    uint64
+				fioP99, fioReqs float64
+			}{
+				{"read", b0.RdOperations + b0.FailedRd, b1.RdOperations + b1.FailedRd, fioP99["read"], float64(res.Total().Read.TotalIOs)},
+				{"write", b0.WrOperations + b0.FailedWr, b1.WrOperations + b1.FailedWr, fioP99["write"], float64(res.Total().Write.TotalIOs)},
+				{"flush", b0.FlushOperations + b0.FailedFlush, b1.FlushOperations + b1.FailedFlush, math.NaN(), 0},
+			} {
+				k := map[string]string{"source_file": d.File, "op": c.op}
+				count := s1.value(t, "fspair_disk_guest_request_duration_seconds", k) - s0.value(t, "fspair_disk_guest_request_duration_seconds", k)
+				reqs := s1.value(t, "fspair_disk_guest_requests_total", k) + s1.value(t, "fspair_disk_guest_request_errors_total", k) -
+					s0.value(t, "fspair_disk_guest_requests_total", k) - s0.value(t, "fspair_disk_guest_request_errors_total", k)
+				if count != reqs || count != float64(c.qemu1-c.qemu0) {
+					t.Errorf("%s: histogram count grew by %v, requests and failures by %v (QEMU: %d)", c.op, count, reqs, c.qemu1-c.qemu0)
+				}
+				if math.IsNaN(c.fioP99) {
+					continue
+				}
+				if count < c.fioReqs {
+					t.Errorf("%s: histogram count grew by %v, fio did %v requests", c.op, count, c.fioReqs)
+				}
+				lo, hi := p99Bucket(t, s0, s1, k)
+				same := c.fioP99 > lo && c.fioP99 <= hi
+				t.Logf("%s: %v requests (fio %v); histogram p99 in (%g, %g] s, fio clat p99 %g s: same bucket %v", c.op, count, c.fioReqs, lo, hi, c.fioP99, same)
+				if c.fioP99 <= lo {
+					t.Errorf("%s: fio's clat p99 %g s is below the histogram's p99 bucket (%g, %g] s: QEMU timed longer than the guest", c.op, c.fioP99, lo, hi)
+				}
+			}
+		})
+	}
+}
+
+// fioClatP99 is fio's completion-latency p99 of each direction, in
+// seconds (clat_ns.percentile["99.000000"] of its JSON, one job).
+func fioClatP99(t *testing.T, res *lab.FioResult) map[string]float64 {
+	t.Helper()
+	type clat struct {
+		Clat struct {
+			Percentile map[string]float64 `json:"percentile"`
+		} `json:"clat_ns"`
+	}
+	var out struct {
+		Jobs []struct {
+			Read  clat `json:"read"`
+			Write clat `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(res.Raw, &out); err != nil || len(out.Jobs) != 1 {
+		t.Fatalf("fio clat percentiles: %v (%d jobs)", err, len(out.Jobs))
+	}
+	p := map[string]float64{}
+	for dir, c := range map[string]clat{"read": out.Jobs[0].Read, "write": out.Jobs[0].Write} {
+		v, ok := c.Clat.Percentile["99.000000"]
+		if !ok {
+			t.Fatalf("fio has no %s clat p99", dir)
+		}
+		p[dir] = v / 1e9
+	}
+	return p
+}
+
+// p99Bucket is the classic bucket (lower, upper bound in seconds) holding
+// the p99 of the observations a histogram series gained between two
+// scrapes.
+func p99Bucket(t *testing.T, s0, s1 scrape, k map[string]string) (lo, hi float64) {
+	t.Helper()
+	cum := func(s scrape) map[float64]float64 {
+		out := map[float64]float64{math.Inf(1): 0}
+		ms := s.series("fspair_disk_guest_request_duration_seconds", k)
+		if len(ms) == 1 {
+			h := ms[0].GetHistogram()
+			for _, b := range h.GetBucket() {
+				out[b.GetUpperBound()] = float64(b.GetCumulativeCount())
+			}
+			out[math.Inf(1)] = float64(h.GetSampleCount())
+		}
+		return out
+	}
+	c0, c1 := cum(s0), cum(s1)
+	var bounds []float64
+	for b := range c1 {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := c1[math.Inf(1)] - c0[math.Inf(1)]
+	if total <= 0 {
+		t.Fatalf("no observation in histogram %v", k)
+	}
+	rank := math.Ceil(0.99 * total)
+	lo = 0
+	for _, b := range bounds {
+		if c1[b]-c0[b] >= rank {
+			return lo, b
+		}
+		lo = b
+	}
+	return lo, math.Inf(1) // not reached: +Inf holds the total
+}
