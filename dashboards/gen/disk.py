@@ -352,10 +352,13 @@ def _guest_path() -> list[PanelBuilder]:
             "Where fspair reads the disk's guest side (fspair_disk_guest_info): source=qmp (QEMU's query-blockstats on a QMP "
             "monitor), libvirt (libvirt's domain block statistics), none; status ok, stale (the last read failed, the values "
             "are the last good ones), unreachable, no_device, no_monitor (plain QEMU whose QMP socket nobody named), "
-            "not_allowed (--discovery.proc.qmp off), libvirt_monitor (libvirt's QEMU while libvirt does not report it).",
+            "not_allowed (--discovery.proc.qmp off), libvirt_monitor (libvirt's QEMU while libvirt does not report it); "
+            "histogram: whether the guest latency histograms (fspair_disk_guest_request_duration_seconds) are there: ok, "
+            "not_set, refused (QEMU said no), other_bounds (set by someone else on other bounds), libvirt_too_old "
+            "(libvirt before 12.1), none.",
             "none",
             [Query(disk_raw("fspair_disk_guest_info"))],
-            [Column("source", "Source"), Column("status", "Status")],
+            [Column("source", "Source"), Column("status", "Status"), Column("histogram", "Histogram")],
             width=7,
             height=4,
         ),
