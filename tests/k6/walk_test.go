@@ -517,15 +517,7 @@ func printWalk(results []walkResult, missing []string, hidden int) {
 // TestConfigCounterReason: a configuration-dependent family is allowed
 // empty only for a domain none of whose disks can count it.
 func TestConfigCounterReason(t *testing.T) {
-	var reason emptyReason
-	for _, r := range expectedEmpty {
-		if strings.Contains(r.summary, "io_uring punts off aio=io_uring") {
-			reason = r
-		}
-	}
-	if reason.why == nil {
-		t.Fatal("no reason for configuration-dependent counters")
-	}
+	reason := expectedReason(t, "io_uring punts off aio=io_uring")
 	f := walkFacts{domainInfo: map[string]map[string]string{
 		"threads": {"aio": "threads", "format": "raw", "host_fs": "ext4", "cache": "none"},
 		"mixed":   {"aio": "threads,io_uring", "format": "raw,qcow2", "host_fs": "ext4,btrfs", "cache": "none,writethrough"},
@@ -558,15 +550,7 @@ func TestConfigCounterReason(t *testing.T) {
 // TestEmptyReasonUnpairedClass: a fleet row repeated for a class is allowed
 // empty while no disk has that class paired, live or not; never once one has.
 func TestEmptyReasonUnpairedClass(t *testing.T) {
-	var reason emptyReason
-	for _, r := range expectedEmpty {
-		if strings.Contains(r.summary, "copies of a row repeated per workload class") {
-			reason = r
-		}
-	}
-	if reason.why == nil {
-		t.Fatal("no reason for the per-class rows")
-	}
+	reason := expectedReason(t, "copies of a row repeated per workload class")
 	f := walkFacts{liveClasses: map[string]bool{"web": true, "mail": true}, pairedClasses: map[string]bool{"mail": true}}
 	tmpl := `count by (guest_fs, host_fs) (domain_disk:fspair_class_pair:info{class="$class"})`
 	for _, c := range []struct {
@@ -578,4 +562,17 @@ func TestEmptyReasonUnpairedClass(t *testing.T) {
 			t.Errorf("class %s: allowed empty %v, want %v (%q)", c.class, got, c.empty, reason.why(q, f))
 		}
 	}
+}
+
+// expectedReason is the reason for expected empty queries whose summary
+// holds part.
+func expectedReason(t *testing.T, part string) emptyReason {
+	t.Helper()
+	for _, r := range expectedEmpty {
+		if strings.Contains(r.summary, part) && r.why != nil {
+			return r
+		}
+	}
+	t.Fatalf("no reason for expected empty queries mentions %q", part)
+	return emptyReason{}
 }

@@ -212,7 +212,7 @@ func TestModelYAMLRoundTrip(t *testing.T) {
 // loads the file that gives.
 func writeAndLoad(t *testing.T, fitted string) *classifier.Model {
 	t.Helper()
-	live, err := os.ReadFile("../../../rules/classes.yaml")
+	live, err := os.ReadFile(livePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func storedFit(t *testing.T) *classifier.Model {
 		t.Fatal(err)
 	}
 	train, _ := fitInputs(res, fio, &Options{Window: time.Minute, Step: 30 * time.Second})
-	m, err := workload.Fit(fitBase(t).Model, train, workload.DefaultFit)
+	m, err := workload.Fit(classifierAt(t, fitBasePath).Model, train, workload.DefaultFit)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,18 +242,18 @@ func syntheticObservations() []workload.Observation {
 	return out
 }
 
-// labEval is one source's windows classed by the boxes (Live: the model
-// live before the fit) and by the fitted model (Cand), window for window.
+// labEval is one source's windows classed by the boxes the fit replaced
+// and by the fitted model, window for window.
 type labEval struct {
-	Source     string
-	Live, Cand []workload.Evaluated
+	Source        string
+	Boxes, Fitted []workload.Evaluated
 }
 
 // evaluateLab classes every source's windows with both models.
-func evaluateLab(live, cand *classifier.Model, srcs []labSource) []labEval {
+func evaluateLab(boxes, fitted *classifier.Model, srcs []labSource) []labEval {
 	out := make([]labEval, 0, len(srcs))
 	for _, s := range srcs {
-		out = append(out, labEval{Source: s.Name, Live: workload.Evaluate(live, s.Obs), Cand: workload.Evaluate(cand, s.Obs)})
+		out = append(out, labEval{Source: s.Name, Boxes: workload.Evaluate(boxes, s.Obs), Fitted: workload.Evaluate(fitted, s.Obs)})
 	}
 	return out
 }
@@ -350,9 +350,9 @@ func renderLab(w io.Writer, live *classifier.Model, evs []labEval, checks []labC
 	fmt.Fprintf(w, "| source | class | settled windows | right | at >= 0.9: right | wrong: below 0.5 | first minutes: wrong at >= 0.9 | paired (right, >= %.2g) | verdict on a wrong class | wrong, chosen instead |\n", minConf)
 	fmt.Fprintf(w, "|---|---|---:|---|---|---|---|---|---|---|\n")
 	for _, ev := range evs {
-		classes, l, c := byExpected(ev.Live, ev.Cand)
+		classes, l, c := byExpected(ev.Boxes, ev.Fitted)
 		rows := append(classes, "all")
-		l["all"], c["all"] = ev.Live, ev.Cand
+		l["all"], c["all"] = ev.Boxes, ev.Fitted
 		for i, k := range rows {
 			fl, fc := figuresOf(l[k], minConf), figuresOf(c[k], minConf)
 			early := "-"
@@ -386,8 +386,8 @@ func renderLabWrong(w io.Writer, evs []labEval) {
 		type key struct{ workload, pair string }
 		var order []key
 		groups := map[key][]int{}
-		for i, e := range ev.Live {
-			if !e.Settled || (e.Right() && ev.Cand[i].Right()) {
+		for i, e := range ev.Boxes {
+			if !e.Settled || (e.Right() && ev.Fitted[i].Right()) {
 				continue
 			}
 			k := key{string(e.Truth), e.Pair}
@@ -398,13 +398,13 @@ func renderLabWrong(w io.Writer, evs []labEval) {
 		}
 		for _, k := range order {
 			n := 0
-			for _, e := range ev.Live {
+			for _, e := range ev.Boxes {
 				if e.Settled && string(e.Truth) == k.workload && e.Pair == k.pair {
 					n++
 				}
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s |\n", ev.Source, k.workload, k.pair, n,
-				chosen(ev.Live, groups[k]), chosen(ev.Cand, groups[k]))
+				chosen(ev.Boxes, groups[k]), chosen(ev.Fitted, groups[k]))
 		}
 	}
 }
@@ -645,16 +645,16 @@ func is2(a, b string, w workload.Workload) func(workload.Observation) bool {
 // renderChecks writes, per assertion, what each model does on its
 // recorded windows and whether the test's own bar holds there.
 func renderChecks(w io.Writer, minConf float64, evs []labEval, checks []labCheck) {
-	var live, cand []workload.Evaluated
+	var boxes, fitted []workload.Evaluated
 	for _, ev := range evs {
-		live, cand = append(live, ev.Live...), append(cand, ev.Cand...)
+		boxes, fitted = append(boxes, ev.Boxes...), append(fitted, ev.Fitted...)
 	}
 	fmt.Fprintf(w, "\n#### What the lab tests and the demo assert, on the recorded windows\n\n")
 	fmt.Fprintf(w, "Settled windows of the same job or program on the same pair and host settings; *paired* is right at %.2g or more (a verdict, the alert), counted where the test needs it.\n\n", minConf)
 	fmt.Fprintf(w, "| test | asserts | evidence | boxes | live model |\n|---|---|---|---|---|\n")
 	for _, c := range checks {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.Where, c.Asserts, strings.Join(c.Sources, ", "),
-			runCheck(c, live, minConf).describe(c.AnyClass), runCheck(c, cand, minConf).describe(c.AnyClass))
+			runCheck(c, boxes, minConf).describe(c.AnyClass), runCheck(c, fitted, minConf).describe(c.AnyClass))
 	}
 }
 

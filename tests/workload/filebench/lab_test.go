@@ -178,7 +178,7 @@ func TestLabSources(t *testing.T) {
 // a change of any of them must come with its new tables (go run
 // ./tests/workload/filebench -lab -write).
 func TestLabTablesCurrent(t *testing.T) {
-	want, err := labTables("../../..", "../testdata/classes-fitbase.yaml", "../../../rules/classes.yaml", "tests/workload/testdata/features.json")
+	want, err := labTables("../../..", fitBasePath, livePath, "tests/workload/testdata/features.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,19 +12,18 @@ import (
 	"github.com/fspair/fspair/tests/workload"
 )
 
-func liveClassifier(t *testing.T) *Classifier {
-	t.Helper()
-	c, err := LoadClassifier("../../../rules/classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+// The live model and the model the fit starts from (-fit-base's default),
+// from this package's directory.
+const (
+	livePath    = "../../../rules/classes.yaml"
+	fitBasePath = "../testdata/classes-fitbase.yaml"
+)
 
-// fitBase is the model the fit starts from (-fit-base's default).
-func fitBase(t *testing.T) *Classifier {
+func liveClassifier(t *testing.T) *Classifier { return classifierAt(t, livePath) }
+
+func classifierAt(t *testing.T, path string) *Classifier {
 	t.Helper()
-	c, err := LoadClassifier("../testdata/classes-fitbase.yaml")
+	c, err := LoadClassifier(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +240,7 @@ func TestFlags(t *testing.T) {
 // it by hand, and that the file loads as a model.
 func TestFittedModelCurrent(t *testing.T) {
 	m := storedFit(t)
-	got, err := os.ReadFile("../../../rules/classes.yaml")
+	got, err := os.ReadFile(livePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +251,7 @@ func TestFittedModelCurrent(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("rules/classes.yaml's fitted block is not the fit of the stored runs: run go run ./tests/workload/filebench -fit -write")
 	}
-	if _, err := LoadClassifier("../../../rules/classes.yaml"); err != nil {
+	if _, err := LoadClassifier(livePath); err != nil {
 		t.Errorf("rules/classes.yaml does not load: %v", err)
 	}
 }
