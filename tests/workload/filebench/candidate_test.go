@@ -131,6 +131,21 @@ func TestRenderFit(t *testing.T) {
 			t.Errorf("the report lacks the row %q:\n%s", row, b.String())
 		}
 	}
+	// Every window right, all in the layout: the worst cell after the
+	// first 3 minutes says so; none past the layout: "-".
+	var all strings.Builder
+	right := []workload.Evaluated{window("mail", "mail", "ext4/xfs/raw", false, true, 0.2), window("mail", "mail", "ext4/xfs/raw", true, true, 0.9)}
+	if err := renderFit(&all, right); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| the worst class on a pair, past the layout | - |",
+		"| the worst class on a pair, after the first 3 minutes | none: every class right on every pair |",
+	} {
+		if !strings.Contains(all.String(), row+"\n") {
+			t.Errorf("the report of one right layout window lacks the row %q:\n%s", row, all.String())
+		}
+	}
 }
 
 // roundTripModel is the live model with what only a fitted model

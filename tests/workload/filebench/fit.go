@@ -123,6 +123,18 @@ func worstCell(cells map[string][2]int) (float64, string) {
 	return worst, name
 }
 
+// worstText is a worst cell over windows as the tables show it: "-"
+// without windows, and a cell of none below 100% said so, not left blank.
+func worstText(cell string, windows int) string {
+	switch {
+	case windows == 0:
+		return "-"
+	case cell == "":
+		return "none: every class right on every pair"
+	}
+	return cell
+}
+
 func share(n, d int) string {
 	if d == 0 {
 		return "-"
@@ -139,8 +151,8 @@ func renderFit(w io.Writer, ev []workload.Evaluated) error {
 	fmt.Fprintf(w, "| windows right after the first 3 minutes | %s |\n", share(t.SettledRight, t.Settled))
 	fmt.Fprintf(w, "| of those right, at confidence >= 0.5 (a verdict) | %s |\n", share(t.SettledPaired, t.SettledRight))
 	fmt.Fprintf(w, "| of the windows after the first 3 minutes, those past the layout (Filebench still laying out its files in none of the window): right | %s |\n", share(t.PastRight, t.PastLayout))
-	fmt.Fprintf(w, "| the worst class on a pair, past the layout | %s |\n", t.WorstPast)
-	fmt.Fprintf(w, "| the worst class on a pair, after the first 3 minutes | %s |\n", t.WorstCell)
+	fmt.Fprintf(w, "| the worst class on a pair, past the layout | %s |\n", worstText(t.WorstPast, t.PastLayout))
+	fmt.Fprintf(w, "| the worst class on a pair, after the first 3 minutes | %s |\n", worstText(t.WorstCell, t.Settled))
 	fmt.Fprintf(w, "| windows at confidence >= 0.9 that are right | %s |\n", share(t.ConfidentRight, t.Confident))
 	fmt.Fprintf(w, "| wrong windows at confidence < 0.5 | %s |\n", share(t.WrongLow, t.Wrong))
 	fmt.Fprintf(w, "| first 3 minutes: windows wrong at confidence >= 0.9 | %d |\n\n", t.EarlyConfidentWrong)
