@@ -40,12 +40,12 @@ type Workload struct {
 // tests/workload/testdata/features.json, one per guest/host pair). The
 // shape that decides the class (reads per write, mean read and write size,
 // durable share of writes, flushes per write, random share of writes) is
-// the fio model's centre in rules/classes-candidate.yaml (the class's
-// `others: fio`, the median of those windows, per guest file system where
-// it gives one), and lies inside the class's box in rules/classes.yaml,
-// set on the same runs: the tests that need a class paired get it from the
-// live boxes and from the fitted model alike. The Filebench programs' own
-// centres would not do: each lies outside its live box (mail's 0.18-0.35 of
+// the fio model's centre in rules/classes.yaml (the class's `others: fio`,
+// the median of those windows, per guest file system where it gives one),
+// and lies inside the class's box in the boxes the fit replaced
+// (tests/workload/testdata/classes-fitbase.yaml), set on the same runs: the
+// tests that need a class paired get it from either model. The Filebench
+// programs' own centres would not do: each lies outside its box (mail's 0.18-0.35 of
 // writes durable against 0.90-1.00, rfa's write-only stream against 10-15
 // reads per write, web's 18 KiB reads against 10.4-10.6 KiB, fileserver's
 // 52 KiB against 96-102 KiB). Where a class runs on two guest file systems
