@@ -873,3 +873,54 @@ func TestPollLibvirtMonitorHistograms(t *testing.T) {
 		t.Errorf("without the pass-through: %s, %d calls; want libvirt_too_old, none", s.Histogram, calls.Load())
 	}
 }
+
+// TestBlockstatsDecode: each field of a device's statistics is decoded
+// once, with the reply: an unsigned integer is a counter; a negative,
+// fractional, exponent, string, boolean or null value is left absent
+// (never a zero); an object is a histogram, ours only on LatencyBoundsNs
+// with LatencySlots bins, anything else (other bounds, a bin short or
+// over, a malformed bin) another one.
+func TestBlockstatsDecode(t *testing.T) {
+	bounds, _ := json.Marshal(LatencyBoundsNs)
+	bins := make([]uint64, LatencySlots)
+	for k := range bins {
+		bins[k] = uint64(k) * 3
+	}
+	ours, _ := json.Marshal(bins)
+	short, _ := json.Marshal(bins[1:])
+	over, _ := json.Marshal(append(slices.Clone(bins), 1))
+	raw := `[{"device":"d","stats":{
+		"rd_operations":18446744073709551615,"wr_operations":-1,"flush_operations":1.5,"unmap_operations":1e3,
+		"rd_bytes":"5","wr_bytes":null,"unmap_bytes":true,"failed_rd_operations":0,
+		"rd_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(ours) + `},
+		"wr_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(short) + `},
+		"flush_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(over) + `},
+		"timed_stats":[{"interval_length":60}]}},
+		{"device":"e","stats":{"rd_latency_histogram":{"boundaries":[10,20],"bins":[1,2,3]},
+		"wr_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":["x"]},"flush_latency_histogram":7}}]`
+	var entries []blockstatsEntry
+	if err := json.Unmarshal([]byte(raw), &entries); err != nil {
+		t.Fatal(err)
+	}
+	st, kinds := entries[0].stats()
+	if st.Requests[OpRead] != set(1<<64-1) || st.Failed[OpRead] != set(0) {
+		t.Errorf("unsigned counters: %+v %+v", st.Requests[OpRead], st.Failed[OpRead])
+	}
+	for name, c := range map[string]Counter{"-1": st.Requests[OpWrite], "1.5": st.Requests[OpFlush], "1e3": st.Requests[OpDiscard],
+		`"5"`: st.Bytes[OpRead], "null": st.Bytes[OpWrite], "true": st.Bytes[OpDiscard]} {
+		if c.OK {
+			t.Errorf("%s read as the counter %d, want absent", name, c.V)
+		}
+	}
+	if !st.Latency[OpRead].OK || st.Latency[OpRead].Bins != [LatencySlots]uint64(bins) || kinds[OpRead] != histOurs {
+		t.Errorf("read histogram on fspair's bounds: %v (%d)", st.Latency[OpRead], kinds[OpRead])
+	}
+	want := [NumOps]histKind{histOurs, histOther, histOther, histAbsent}
+	if kinds != want || st.Latency[OpWrite].OK || st.Latency[OpFlush].OK {
+		t.Errorf("kinds %v, want %v (a bin short, a bin over)", kinds, want)
+	}
+	st, kinds = entries[1].stats()
+	if want := [NumOps]histKind{histOther, histOther, histOther, histAbsent}; kinds != want || st.Latency != [NumOps]Histogram{} {
+		t.Errorf("other bounds, a malformed bin, a number: kinds %v, want %v; %v", kinds, want, st.Latency)
+	}
+}

@@ -155,10 +155,43 @@ func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, err
 
 // blockstatsEntry is one device of query-blockstats (QAPI BlockStats).
 type blockstatsEntry struct {
-	Device   string                     `json:"device"`
-	QDev     string                     `json:"qdev"`
-	NodeName string                     `json:"node-name"`
-	Stats    map[string]json.RawMessage `json:"stats"`
+	Device   string               `json:"device"`
+	QDev     string               `json:"qdev"`
+	NodeName string               `json:"node-name"`
+	Stats    map[string]statValue `json:"stats"`
+}
+
+// statValue is one field of QAPI BlockDeviceStats, decoded with the reply
+// and not again: an unsigned counter (n, when isUint), or an object, which
+// BlockDeviceStats has only for latency histograms
+// (BlockLatencyHistogramInfo): lat when on LatencyBoundsNs, else nil (a
+// histogram on other bounds). Any other value is neither.
+type statValue struct {
+	n      uint64
+	isUint bool
+	lat    *Histogram
+}
+
+func (v *statValue) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' {
+		// As json would decode it into a uint64, without a second pass;
+		// null too is left absent, never a zero.
+		n, err := strconv.ParseUint(string(b), 10, 64)
+		v.n, v.isUint = n, err == nil
+		return nil
+	}
+	// Sized for fspair's bounds, so that ours decode without growing.
+	h := struct {
+		Boundaries []uint64 `json:"boundaries"`
+		Bins       []uint64 `json:"bins"`
+	}{make([]uint64, 0, len(LatencyBoundsNs)), make([]uint64, 0, LatencySlots)}
+	if json.Unmarshal(b, &h) != nil {
+		return nil // not a histogram fspair can read: other bounds
+	}
+	if l, kind := ourHistogram(h.Boundaries, h.Bins); kind == histOurs {
+		v.lat = &l
+	}
+	return nil
 }
 
 // qmpFields names, for each counter of Stats (in statFields order) and
@@ -226,30 +259,20 @@ func (e *blockstatsEntry) stats() (st Stats, kinds [NumOps]histKind) {
 	for f := range qmpFields {
 		dst := st.field(f)
 		for op, name := range qmpFields[f] {
-			raw, ok := e.Stats[name]
-			if name == "" || !ok {
-				continue
-			}
-			var v uint64
-			if json.Unmarshal(raw, &v) == nil {
-				dst[op] = set(v)
+			if v, ok := e.Stats[name]; name != "" && ok && v.isUint {
+				dst[op] = set(v.n)
 			}
 		}
 	}
 	for _, op := range HistogramOps {
-		raw, ok := e.Stats[qmpHistograms[op]]
-		if !ok {
-			continue
-		}
-		var h struct {
-			Boundaries []uint64 `json:"boundaries"`
-			Bins       []uint64 `json:"bins"`
-		}
-		if json.Unmarshal(raw, &h) != nil {
+		v, ok := e.Stats[qmpHistograms[op]]
+		switch {
+		case !ok:
+		case v.lat != nil:
+			st.Latency[op], kinds[op] = *v.lat, histOurs
+		default:
 			kinds[op] = histOther
-			continue
 		}
-		st.Latency[op], kinds[op] = ourHistogram(h.Boundaries, h.Bins)
 	}
 	return st, kinds
 }
