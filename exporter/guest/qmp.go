@@ -317,16 +317,14 @@ type vmDisk struct {
 
 // histSetter sets the guest latency histograms of a VM's devices over QMP
 // and remembers the devices that refused (per VM: a new QEMU process is a
-// new VM to the poller, and is asked again).
+// new VM to the poller, and is asked again). nil where fspair sets none.
 type histSetter struct {
-	enabled bool
-	refused map[string]refusal // by device (qdev, else "drive:" and its names)
+	refused map[string]time.Time // when, by device (qdev, else "drive:" and its names)
 	log     func(msg string, args ...any)
 }
 
-type refusal struct {
-	at     time.Time
-	reason string
+func newHistSetter(log func(msg string, args ...any)) *histSetter {
+	return &histSetter{refused: map[string]time.Time{}, log: log}
 }
 
 // RefusedRetry is how long a device that refused its histogram is left
@@ -440,9 +438,6 @@ func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*bloc
 // next read has them), refused when it did not. Histograms already there
 // are left as they are: setting one empties it.
 func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind) string {
-	if !hs.enabled {
-		return HistogramNotSet
-	}
 	// block-latency-histogram-set finds the device by its id or QOM path
 	// (qmp_get_blk() in QEMU's block/qapi-sysemu.c): a drive without a
 	// guest device has neither.
@@ -450,7 +445,7 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 	if dev == "" {
 		key = "drive:" + e.Device + "/" + e.NodeName
 	}
-	if r, ok := hs.refused[key]; ok && time.Since(r.at) < RefusedRetry {
+	if at, ok := hs.refused[key]; ok && time.Since(at) < RefusedRetry {
 		return HistogramRefused
 	}
 	if dev == "" {
@@ -479,10 +474,10 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 }
 
 func (hs *histSetter) refuse(key, reason string) {
-	if _, seen := hs.refused[key]; !seen && hs.log != nil {
+	if _, seen := hs.refused[key]; !seen {
 		hs.log("QEMU refused a guest latency histogram", "device", key, "reason", reason)
 	}
-	hs.refused[key] = refusal{at: time.Now(), reason: reason}
+	hs.refused[key] = time.Now()
 }
 
 // reachable is where to connect to a socket the VMM names: the path as it
