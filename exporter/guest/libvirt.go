@@ -259,10 +259,7 @@ type libvirtMonitor struct {
 }
 
 func (m *libvirtMonitor) executeArgs(command string, args any) (json.RawMessage, error) {
-	req, err := json.Marshal(struct {
-		Execute   string `json:"execute"`
-		Arguments any    `json:"arguments,omitempty"`
-	}{command, args})
+	req, err := json.Marshal(qmpRequest{Execute: command, Arguments: args})
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", command, err)
 	}
@@ -270,18 +267,9 @@ func (m *libvirtMonitor) executeArgs(command string, args any) (json.RawMessage,
 	if err != nil {
 		return nil, fmt.Errorf("%s through libvirt: %w", command, err)
 	}
-	var reply struct {
-		Return json.RawMessage `json:"return"`
-		Error  *struct {
-			Class string `json:"class"`
-			Desc  string `json:"desc"`
-		} `json:"error"`
-	}
+	var reply qmpReply
 	if err := json.Unmarshal([]byte(out), &reply); err != nil {
 		return nil, fmt.Errorf("%s through libvirt: decode reply: %w", command, err)
 	}
-	if reply.Error != nil {
-		return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
-	}
-	return reply.Return, nil
+	return reply.result(command)
 }

@@ -114,16 +114,38 @@ type qmpError struct {
 
 func (e *qmpError) Error() string { return e.Command + ": " + e.Class + ": " + e.Desc }
 
+// qmpRequest is a command as qmp-spec.rst has it; ID empty where the
+// monitor's owner numbers the commands (libvirt's pass-through).
+type qmpRequest struct {
+	Execute   string `json:"execute"`
+	Arguments any    `json:"arguments,omitempty"`
+	ID        string `json:"id,omitempty"`
+}
+
+// qmpReply is QEMU's answer to a command: its "return" value or its error.
+type qmpReply struct {
+	ID     *string         `json:"id"`
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+}
+
+// result is the reply's "return" value, or QEMU's refusal as a *qmpError.
+func (r *qmpReply) result(command string) (json.RawMessage, error) {
+	if r.Error != nil {
+		return nil, &qmpError{command, r.Error.Class, r.Error.Desc}
+	}
+	return r.Return, nil
+}
+
 // executeArgs runs a command with arguments (nil for none) and returns its
 // "return" value; QEMU's refusal is a *qmpError.
 func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, error) {
 	s.id++
 	id := "fspair-" + strconv.Itoa(s.id)
-	req, err := json.Marshal(struct {
-		Execute   string `json:"execute"`
-		Arguments any    `json:"arguments,omitempty"`
-		ID        string `json:"id"`
-	}{command, args, id})
+	req, err := json.Marshal(qmpRequest{command, args, id})
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", command, err)
 	}
@@ -135,21 +157,11 @@ func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, err
 		if err != nil {
 			return nil, fmt.Errorf("read reply to %s: %w", command, timeoutHint(err))
 		}
-		var reply struct {
-			ID     *string         `json:"id"`
-			Return json.RawMessage `json:"return"`
-			Error  *struct {
-				Class string `json:"class"`
-				Desc  string `json:"desc"`
-			} `json:"error"`
-		}
+		var reply qmpReply
 		if json.Unmarshal(line, &reply) != nil || reply.ID == nil || *reply.ID != id {
 			continue // an event, or not ours
 		}
-		if reply.Error != nil {
-			return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
-		}
-		return reply.Return, nil
+		return reply.result(command)
 	}
 }
 
