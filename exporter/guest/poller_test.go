@@ -924,3 +924,51 @@ func TestBlockstatsDecode(t *testing.T) {
 		t.Errorf("other bounds, a malformed bin, a number: kinds %v, want %v; %v", kinds, want, st.Latency)
 	}
 }
+
+// TestLibvirtBins: a libvirt histogram is fspair's only with its count at
+// LatencySlots, every bin's start and value there, the first bin alone
+// starting at 0, on LatencyBoundsNs; a bin past the count is not read.
+func TestLibvirtBins(t *testing.T) {
+	starts := append([]uint64{0}, LatencyBoundsNs[:]...)
+	values := make([]uint64, LatencySlots)
+	for i := range values {
+		values[i] = uint64(i + 1)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(p []libvirt.TypedParam) []libvirt.TypedParam
+		want histKind
+	}{
+		{"ours", func(p []libvirt.TypedParam) []libvirt.TypedParam { return p }, histOurs},
+		{"a bin past the count", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return append(p, typed("block.0.latency_histogram.read.bin.30.value", uint64(9)))
+		}, histOurs},
+		{"a value missing", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return slices.DeleteFunc(p, func(x libvirt.TypedParam) bool { return x.Field == "block.0.latency_histogram.read.bin.7.value" })
+		}, histOther},
+		{"a start missing", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return slices.DeleteFunc(p, func(x libvirt.TypedParam) bool { return x.Field == "block.0.latency_histogram.read.bin.24.start" })
+		}, histOther},
+		{"first bin not at 0", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return append(p, typed("block.0.latency_histogram.read.bin.0.start", uint64(5)))
+		}, histOther},
+		{"a bin more", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			p = append(p, typed("block.0.latency_histogram.read.bin.25.start", uint64(1)<<40), typed("block.0.latency_histogram.read.bin.25.value", uint64(1)))
+			return append(p, typed("block.0.latency_histogram.read.bin.count", uint64(LatencySlots+1)))
+		}, histOther},
+	} {
+		params := []libvirt.TypedParam{typed("block.count", uint64(1)), typed("block.0.name", "vda")}
+		params = c.edit(append(params, libvirtHistogram(0, "read", starts, values)...))
+		doms := parseLibvirtStats([]libvirt.DomainStatsRecord{{Dom: libvirt.Domain{Name: "db"}, Params: params}})
+		if len(doms) != 1 || len(doms[0].disks) != 1 {
+			t.Fatalf("%s: %+v", c.name, doms)
+		}
+		d := &doms[0].disks[0]
+		if got := d.kinds[OpRead]; got != c.want || d.stats.Latency[OpRead].OK != (c.want == histOurs) {
+			t.Errorf("%s: kind %d (%v), want %d", c.name, got, d.stats.Latency[OpRead], c.want)
+		}
+		if c.want == histOurs && !slices.Equal(d.stats.Latency[OpRead].Bins[:], values) {
+			t.Errorf("%s: bins %v, want %v", c.name, d.stats.Latency[OpRead].Bins, values)
+		}
+	}
+}
