@@ -259,18 +259,18 @@ type libvirtMonitor struct {
 	run  LibvirtMonitor
 }
 
-func (m *libvirtMonitor) executeArgs(command string, args any) (json.RawMessage, error) {
+func (m *libvirtMonitor) executeArgs(command string, args, out any) error {
 	req, err := json.Marshal(qmpRequest{Execute: command, Arguments: args})
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", command, err)
+		return fmt.Errorf("encode %s: %w", command, err)
 	}
-	out, err := m.run(m.ctx, m.uuid, string(req))
+	reply, err := m.run(m.ctx, m.uuid, string(req))
 	if err != nil {
-		return nil, fmt.Errorf("%s through libvirt: %w", command, err)
+		return fmt.Errorf("%s through libvirt: %w", command, err)
 	}
-	var reply qmpReply
-	if err := json.Unmarshal([]byte(out), &reply); err != nil {
-		return nil, fmt.Errorf("%s through libvirt: decode reply: %w", command, err)
+	var r qmpReply
+	if err := r.decode(command, []byte(reply), out); err != nil {
+		return fmt.Errorf("through libvirt: %w", err)
 	}
-	return reply.result(command)
+	return nil
 }

@@ -801,7 +801,8 @@ func passThrough(t *testing.T, q *fakeQMP, calls *atomic.Int32, wantUUID string)
 		if req.Arguments != nil {
 			args = req.Arguments
 		}
-		ret, err := s.executeArgs(req.Execute, args)
+		var ret json.RawMessage
+		err = s.executeArgs(req.Execute, args, &ret)
 		var reply any = map[string]any{"return": ret, "id": "libvirt-7"}
 		var qe *qmpError
 		if errors.As(err, &qe) {
@@ -970,5 +971,44 @@ func TestLibvirtBins(t *testing.T) {
 		if c.want == histOurs && !slices.Equal(d.stats.Latency[OpRead].Bins[:], values) {
 			t.Errorf("%s: bins %v, want %v", c.name, d.stats.Latency[OpRead].Bins, values)
 		}
+	}
+}
+
+// TestQMPReplyDecode: a command's "return" value is decoded with its reply
+// into the caller's value; an event before it leaves that value alone; a
+// reply of the wrong shape is an error at once (not a wait for the
+// deadline), and QEMU's refusal a *qmpError.
+func TestQMPReplyDecode(t *testing.T) {
+	for _, c := range []struct {
+		name, lines string
+		want        []blockstatsEntry
+		err         bool
+		refused     bool
+	}{
+		{"event first", `{"event":"BLOCK_IO_ERROR","data":{"device":"x"},"return":null}` + "\n" +
+			`{"return":[{"device":"d","stats":{"rd_operations":7}}],"id":"fspair-1"}` + "\n",
+			[]blockstatsEntry{{Device: "d", Stats: map[string]statValue{"rd_operations": {n: 7, isUint: true}}}}, false, false},
+		{"wrong shape", `{"return":{"device":"d"},"id":"fspair-1"}` + "\n", nil, true, false},
+		{"refused", `{"error":{"class":"GenericError","desc":"no"},"id":"fspair-1"}` + "\n", nil, true, true},
+	} {
+		client, server := net.Pipe()
+		go func() {
+			bufio.NewReader(server).ReadBytes('\n') // the command
+			server.Write([]byte(c.lines))
+		}()
+		_ = client.SetDeadline(time.Now().Add(5 * time.Second))
+		s := &qmpSession{conn: client, r: bufio.NewReader(client)}
+		var got []blockstatsEntry
+		start := time.Now()
+		err := s.executeArgs("query-blockstats", nil, &got)
+		var qe *qmpError
+		if (err != nil) != c.err || errors.As(err, &qe) != c.refused || time.Since(start) > 2*time.Second {
+			t.Errorf("%s: error %v after %v", c.name, err, time.Since(start))
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: decoded %+v, want %+v", c.name, got, c.want)
+		}
+		client.Close()
+		server.Close()
 	}
 }

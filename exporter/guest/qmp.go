@@ -65,7 +65,7 @@ func dialQMP(ctx context.Context, path string, deadline time.Time) (*qmpSession,
 	if json.Unmarshal(line, &greeting) != nil || greeting.QMP == nil {
 		return nil, fmt.Errorf("qmp %s: not a QMP greeting: %.80q", path, line)
 	}
-	if _, err := s.execute("qmp_capabilities"); err != nil {
+	if err := s.executeArgs("qmp_capabilities", nil, nil); err != nil {
 		return nil, fmt.Errorf("qmp %s: %w", path, err)
 	}
 	ok = true
@@ -101,11 +101,6 @@ func (s *qmpSession) readLine() ([]byte, error) {
 	}
 }
 
-// execute runs a command without arguments and returns its "return" value.
-func (s *qmpSession) execute(command string) (json.RawMessage, error) {
-	return s.executeArgs(command, nil)
-}
-
 // qmpError is QEMU's error reply to a command (class and description, as
 // qmp-spec.rst has them): the command was refused, the session is fine.
 type qmpError struct {
@@ -122,46 +117,60 @@ type qmpRequest struct {
 	ID        string `json:"id,omitempty"`
 }
 
-// qmpReply is QEMU's answer to a command: its "return" value or its error.
+// qmpReply is QEMU's answer to a command: its "return" value, decoded
+// with the reply into where Return points (the reply is read once: a
+// query-blockstats reply is the poll's largest), or its error.
 type qmpReply struct {
-	ID     *string         `json:"id"`
-	Return json.RawMessage `json:"return"`
+	ID     *string `json:"id"`
+	Return any     `json:"return"`
 	Error  *struct {
 		Class string `json:"class"`
 		Desc  string `json:"desc"`
 	} `json:"error"`
 }
 
-// result is the reply's "return" value, or QEMU's refusal as a *qmpError.
-func (r *qmpReply) result(command string) (json.RawMessage, error) {
-	if r.Error != nil {
-		return nil, &qmpError{command, r.Error.Class, r.Error.Desc}
+// decode reads a reply whose "return" value goes into out (nil: dropped);
+// QEMU's refusal is a *qmpError.
+func (r *qmpReply) decode(command string, line []byte, out any) error {
+	if out == nil {
+		out = &json.RawMessage{}
 	}
-	return r.Return, nil
+	r.Return = out
+	err := json.Unmarshal(line, r)
+	if err == nil && r.Error != nil {
+		err = &qmpError{command, r.Error.Class, r.Error.Desc}
+	} else if err != nil {
+		err = fmt.Errorf("decode reply to %s: %w", command, err)
+	}
+	return err
 }
 
-// executeArgs runs a command with arguments (nil for none) and returns its
-// "return" value; QEMU's refusal is a *qmpError.
-func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, error) {
+// executeArgs runs a command with arguments (nil for none) and decodes its
+// "return" value into out (nil: dropped); QEMU's refusal is a *qmpError.
+func (s *qmpSession) executeArgs(command string, args, out any) error {
 	s.id++
 	id := "fspair-" + strconv.Itoa(s.id)
 	req, err := json.Marshal(qmpRequest{command, args, id})
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", command, err)
+		return fmt.Errorf("encode %s: %w", command, err)
 	}
 	if _, err := s.conn.Write(append(req, '\n')); err != nil {
-		return nil, fmt.Errorf("send %s: %w", command, timeoutHint(err))
+		return fmt.Errorf("send %s: %w", command, timeoutHint(err))
 	}
 	for {
 		line, err := s.readLine()
 		if err != nil {
-			return nil, fmt.Errorf("read reply to %s: %w", command, timeoutHint(err))
+			return fmt.Errorf("read reply to %s: %w", command, timeoutHint(err))
 		}
+		// Commands go one at a time and a failed session is closed, so
+		// the only lines before the reply are events: they have no
+		// "return", and out is left alone.
 		var reply qmpReply
-		if json.Unmarshal(line, &reply) != nil || reply.ID == nil || *reply.ID != id {
+		err = reply.decode(command, line, out)
+		if reply.ID == nil || *reply.ID != id {
 			continue // an event, or not ours
 		}
-		return reply.result(command)
+		return err
 	}
 }
 
@@ -362,20 +371,17 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 // pass-through to its monitor (libvirtMonitor).
 type monitor interface {
 	// executeArgs runs a command (args nil for none) and returns its
-	// "return" value; QEMU's refusal is a *qmpError.
-	executeArgs(command string, args any) (json.RawMessage, error)
+	// "return" value into out (nil: dropped); QEMU's refusal is a
+	// *qmpError.
+	executeArgs(command string, args, out any) error
 }
 
 // readMonitor is readQMP on a monitor already open; path names it in
 // errors.
 func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid int, hs *histSetter) error {
-	raw, err := s.executeArgs("query-blockstats", nil)
-	if err != nil {
-		return fmt.Errorf("qmp %s: %w", path, err)
-	}
 	var entries []blockstatsEntry
-	if err := json.Unmarshal(raw, &entries); err != nil {
-		return fmt.Errorf("qmp %s: decode query-blockstats: %w", path, err)
+	if err := s.executeArgs("query-blockstats", nil, &entries); err != nil {
+		return fmt.Errorf("qmp %s: %w", path, err)
 	}
 	byID := map[string]*blockstatsEntry{}
 	for i := range entries {
@@ -418,13 +424,9 @@ func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid i
 // matchByImage finds the disks not matched by target through query-block,
 // by their image file.
 func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*blockstatsEntry, procRoot string, pid int) error {
-	raw, err := s.executeArgs("query-block", nil)
-	if err != nil {
-		return fmt.Errorf("qmp %s: %w", path, err)
-	}
 	var block []blockEntry
-	if err := json.Unmarshal(raw, &block); err != nil {
-		return fmt.Errorf("qmp %s: decode query-block: %w", path, err)
+	if err := s.executeArgs("query-block", nil, &block); err != nil {
+		return fmt.Errorf("qmp %s: %w", path, err)
 	}
 	for _, d := range disks {
 		for _, b := range block {
@@ -470,7 +472,7 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 			args[qmpBoundaries[op]] = LatencyBoundsNs[:]
 		}
 	}
-	_, err := s.executeArgs("block-latency-histogram-set", args)
+	err := s.executeArgs("block-latency-histogram-set", args, nil)
 	var qe *qmpError
 	switch {
 	case err == nil:
