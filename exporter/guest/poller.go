@@ -49,8 +49,8 @@ type Options struct {
 	// libvirt domains' disks through libvirt's monitor pass-through,
 	// which taints the domains: nil (the default) never does.
 	LibvirtMonitor LibvirtMonitor
-	// LibvirtVersion is libvirt's version (major*1,000,000 +
-	// minor*1,000 + release), 0 while unknown; nil when unknown.
+	// LibvirtVersion gives libvirt's version (major*1,000,000 +
+	// minor*1,000 + release), 0 while unknown; nil: never known.
 	LibvirtVersion func() uint64
 	// MaxSessions bounds the QMP sessions open at once
 	// (DefaultMaxSessions if zero).
