@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
+
 	"github.com/fspair/fspair/exporter/discovery"
 )
 
@@ -94,6 +96,42 @@ func BenchmarkPollQMP(b *testing.B) {
 			if s := p.Status(&inv.disks[0]); s.Status != StatusOK || (hist != (s.Histogram == HistogramOK)) {
 				b.Fatalf("after the polls: %+v", s)
 			}
+		})
+	}
+}
+
+// BenchmarkLibvirtParse is the exporter's share of a libvirt poll per
+// disk: reading one domain's statistics records (the counters, and with
+// histograms libvirt 12.1's three latency histograms on fspair's bounds).
+// go test ./exporter/guest -bench LibvirtParse -benchmem
+func BenchmarkLibvirtParse(b *testing.B) {
+	for _, hist := range []bool{false, true} {
+		b.Run("histograms="+strconv.FormatBool(hist), func(b *testing.B) {
+			const disks = 16
+			params := []libvirt.TypedParam{typed("block.count", uint64(disks))}
+			starts := append([]uint64{0}, LatencyBoundsNs[:]...)
+			values := make([]uint64, LatencySlots)
+			for i := range disks {
+				n := "block." + strconv.Itoa(i) + "."
+				params = append(params, typed(n+"name", "vd"+strconv.Itoa(i)), typed(n+"path", "/img/"+strconv.Itoa(i)))
+				for _, f := range []string{"rd.reqs", "rd.bytes", "rd.times", "wr.reqs", "wr.bytes", "wr.times", "fl.reqs", "fl.times"} {
+					params = append(params, typed(n+f, uint64(1000+i)))
+				}
+				if hist {
+					for _, op := range []string{"read", "write", "flush"} {
+						params = append(params, libvirtHistogram(i, op, starts, values)...)
+					}
+				}
+			}
+			recs := []libvirt.DomainStatsRecord{{Dom: libvirt.Domain{Name: "db"}, Params: params}}
+			b.ReportAllocs()
+			for b.Loop() {
+				doms := parseLibvirtStats(recs)
+				if hist && doms[0].disks[disks-1].kinds[OpFlush] != histOurs {
+					b.Fatal("histograms not read")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*disks), "ns/disk")
 		})
 	}
 }

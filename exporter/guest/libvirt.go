@@ -36,11 +36,19 @@ var libvirtHistograms = [NumOps]string{"read", "write", "flush", ""}
 // latency histograms (12.1.0, virConnectGetLibVersion's encoding).
 const libvirtMinHistograms = 12_001_000
 
-// libvirtBins gathers one histogram's bins as libvirt lists them.
+// libvirtBins gathers one histogram's bins as libvirt lists them, as far
+// as fspair can read one: LatencySlots bins (a bin past them belongs to a
+// histogram on other bounds, which count tells).
 type libvirtBins struct {
-	count         int
-	start, values map[int]uint64
+	count         uint64
+	start, values [LatencySlots]uint64
+	has           [LatencySlots]uint8 // hasStart | hasValue
 }
+
+const (
+	hasStart = 1 << iota
+	hasValue
+)
 
 // libvirtDisk is one disk in libvirt's block statistics.
 type libvirtDisk struct {
@@ -79,54 +87,47 @@ func (d *libvirtDisk) histogram(field string, v uint64) bool {
 	}
 	b := d.bins[op]
 	if b == nil {
-		b = &libvirtBins{start: map[int]uint64{}, values: map[int]uint64{}}
+		b = &libvirtBins{}
 		d.bins[op] = b
 	}
 	if rest == "count" {
-		b.count = int(min(v, 1<<20))
+		b.count = v
 		return true
 	}
 	idx, what, _ := strings.Cut(rest, ".")
 	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 {
+	if err != nil || i < 0 || i >= LatencySlots {
 		return true
 	}
 	switch what {
 	case "start":
-		b.start[i] = v
+		b.start[i], b.has[i] = v, b.has[i]|hasStart
 	case "value":
-		b.values[i] = v
+		b.values[i], b.has[i] = v, b.has[i]|hasValue
 	}
 	return true
 }
 
 // histograms turns the bins gathered into Stats.Latency: libvirt's bin i
-// starts where QEMU's boundary i-1 is, the first at 0.
+// starts where QEMU's boundary i-1 is, the first at 0. Only LatencySlots
+// bins, each with its start and value, can be fspair's.
 func (d *libvirtDisk) histograms() {
 	for _, op := range HistogramOps {
 		b := d.bins[op]
 		if b == nil {
 			continue
 		}
-		bounds := make([]uint64, 0, b.count)
-		bins := make([]uint64, 0, b.count)
-		for i := range b.count {
-			start, ok1 := b.start[i]
-			v, ok2 := b.values[i]
-			if !ok1 || !ok2 || (i == 0) != (start == 0) {
-				bounds = nil // not a histogram fspair can read
-				break
-			}
-			if i > 0 {
-				bounds = append(bounds, start)
-			}
-			bins = append(bins, v)
-		}
-		if bounds == nil {
-			d.kinds[op] = histOther
+		d.kinds[op] = histOther
+		if b.count != LatencySlots {
 			continue
 		}
-		d.stats.Latency[op], d.kinds[op] = ourHistogram(bounds, bins)
+		ok := true
+		for i, h := range b.has {
+			ok = ok && h == hasStart|hasValue && (i == 0) == (b.start[i] == 0)
+		}
+		if ok {
+			d.stats.Latency[op], d.kinds[op] = ourHistogram(b.start[1:], b.values[:])
+		}
 	}
 	d.bins = [NumOps]*libvirtBins{}
 }
@@ -258,30 +259,18 @@ type libvirtMonitor struct {
 	run  LibvirtMonitor
 }
 
-func (m *libvirtMonitor) executeArgs(command string, args any) (json.RawMessage, error) {
-	req, err := json.Marshal(struct {
-		Execute   string `json:"execute"`
-		Arguments any    `json:"arguments,omitempty"`
-	}{command, args})
+func (m *libvirtMonitor) executeArgs(command string, args, out any) error {
+	req, err := json.Marshal(qmpRequest{Execute: command, Arguments: args})
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", command, err)
+		return fmt.Errorf("encode %s: %w", command, err)
 	}
-	out, err := m.run(m.ctx, m.uuid, string(req))
+	reply, err := m.run(m.ctx, m.uuid, string(req))
 	if err != nil {
-		return nil, fmt.Errorf("%s through libvirt: %w", command, err)
+		return fmt.Errorf("%s through libvirt: %w", command, err)
 	}
-	var reply struct {
-		Return json.RawMessage `json:"return"`
-		Error  *struct {
-			Class string `json:"class"`
-			Desc  string `json:"desc"`
-		} `json:"error"`
+	var r qmpReply
+	if err := r.decode(command, []byte(reply), out); err != nil {
+		return fmt.Errorf("through libvirt: %w", err)
 	}
-	if err := json.Unmarshal([]byte(out), &reply); err != nil {
-		return nil, fmt.Errorf("%s through libvirt: decode reply: %w", command, err)
-	}
-	if reply.Error != nil {
-		return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
-	}
-	return reply.Return, nil
+	return nil
 }

@@ -49,8 +49,8 @@ type Options struct {
 	// libvirt domains' disks through libvirt's monitor pass-through,
 	// which taints the domains: nil (the default) never does.
 	LibvirtMonitor LibvirtMonitor
-	// LibvirtVersion is libvirt's version (major*1,000,000 +
-	// minor*1,000 + release), 0 while unknown; nil when unknown.
+	// LibvirtVersion gives libvirt's version (major*1,000,000 +
+	// minor*1,000 + release), 0 while unknown; nil: never known.
 	LibvirtVersion func() uint64
 	// MaxSessions bounds the QMP sessions open at once
 	// (DefaultMaxSessions if zero).
@@ -92,7 +92,7 @@ type Poller struct {
 type vmState struct {
 	next    int // index in the disk's QMP sockets
 	failing bool
-	hist    *histSetter
+	hist    *histSetter // nil unless Options.SetHistograms
 }
 
 // diskKey identifies a disk across rounds: its labels and its VMM.
@@ -266,7 +266,10 @@ func (p *Poller) Poll(ctx context.Context) {
 	for _, k := range vmOrder {
 		st := p.vms[k]
 		if st == nil {
-			st = &vmState{hist: &histSetter{enabled: p.opts.SetHistograms, refused: map[string]refusal{}, log: p.log.Warn}}
+			st = &vmState{}
+			if p.opts.SetHistograms {
+				st.hist = newHistSetter(p.log.Warn)
+			}
 			p.vms[k] = st
 		}
 		idx := vms[k]
@@ -372,7 +375,7 @@ func (p *Poller) libvirtHistograms(ctx context.Context, disks []inventory.Disk, 
 	for _, u := range order {
 		hs := p.lvHist[u]
 		if hs == nil {
-			hs = &histSetter{enabled: true, refused: map[string]refusal{}, log: p.log.Warn}
+			hs = newHistSetter(p.log.Warn)
 			p.lvHist[u] = hs
 		}
 		ids := byDomain[u]

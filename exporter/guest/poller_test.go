@@ -801,7 +801,8 @@ func passThrough(t *testing.T, q *fakeQMP, calls *atomic.Int32, wantUUID string)
 		if req.Arguments != nil {
 			args = req.Arguments
 		}
-		ret, err := s.executeArgs(req.Execute, args)
+		var ret json.RawMessage
+		err = s.executeArgs(req.Execute, args, &ret)
 		var reply any = map[string]any{"return": ret, "id": "libvirt-7"}
 		var qe *qmpError
 		if errors.As(err, &qe) {
@@ -871,5 +872,143 @@ func TestPollLibvirtMonitorHistograms(t *testing.T) {
 	p.Poll(context.Background())
 	if s := p.Status(&inv.disks[0]); s.Histogram != HistogramLibvirtTooOld || calls.Load() != 0 {
 		t.Errorf("without the pass-through: %s, %d calls; want libvirt_too_old, none", s.Histogram, calls.Load())
+	}
+}
+
+// TestBlockstatsDecode: each field of a device's statistics is decoded
+// once, with the reply: an unsigned integer is a counter; a negative,
+// fractional, exponent, string, boolean or null value is left absent
+// (never a zero); an object is a histogram, ours only on LatencyBoundsNs
+// with LatencySlots bins, anything else (other bounds, a bin short or
+// over, a malformed bin) another one.
+func TestBlockstatsDecode(t *testing.T) {
+	bounds, _ := json.Marshal(LatencyBoundsNs)
+	bins := make([]uint64, LatencySlots)
+	for k := range bins {
+		bins[k] = uint64(k) * 3
+	}
+	ours, _ := json.Marshal(bins)
+	short, _ := json.Marshal(bins[1:])
+	over, _ := json.Marshal(append(slices.Clone(bins), 1))
+	raw := `[{"device":"d","stats":{
+		"rd_operations":18446744073709551615,"wr_operations":-1,"flush_operations":1.5,"unmap_operations":1e3,
+		"rd_bytes":"5","wr_bytes":null,"unmap_bytes":true,"failed_rd_operations":0,
+		"rd_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(ours) + `},
+		"wr_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(short) + `},
+		"flush_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":` + string(over) + `},
+		"timed_stats":[{"interval_length":60}]}},
+		{"device":"e","stats":{"rd_latency_histogram":{"boundaries":[10,20],"bins":[1,2,3]},
+		"wr_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":["x"]},"flush_latency_histogram":7}}]`
+	var entries []blockstatsEntry
+	if err := json.Unmarshal([]byte(raw), &entries); err != nil {
+		t.Fatal(err)
+	}
+	st, kinds := entries[0].stats()
+	if st.Requests[OpRead] != set(1<<64-1) || st.Failed[OpRead] != set(0) {
+		t.Errorf("unsigned counters: %+v %+v", st.Requests[OpRead], st.Failed[OpRead])
+	}
+	for name, c := range map[string]Counter{"-1": st.Requests[OpWrite], "1.5": st.Requests[OpFlush], "1e3": st.Requests[OpDiscard],
+		`"5"`: st.Bytes[OpRead], "null": st.Bytes[OpWrite], "true": st.Bytes[OpDiscard]} {
+		if c.OK {
+			t.Errorf("%s read as the counter %d, want absent", name, c.V)
+		}
+	}
+	if !st.Latency[OpRead].OK || st.Latency[OpRead].Bins != [LatencySlots]uint64(bins) || kinds[OpRead] != histOurs {
+		t.Errorf("read histogram on fspair's bounds: %v (%d)", st.Latency[OpRead], kinds[OpRead])
+	}
+	want := [NumOps]histKind{histOurs, histOther, histOther, histAbsent}
+	if kinds != want || st.Latency[OpWrite].OK || st.Latency[OpFlush].OK {
+		t.Errorf("kinds %v, want %v (a bin short, a bin over)", kinds, want)
+	}
+	st, kinds = entries[1].stats()
+	if want := [NumOps]histKind{histOther, histOther, histOther, histAbsent}; kinds != want || st.Latency != [NumOps]Histogram{} {
+		t.Errorf("other bounds, a malformed bin, a number: kinds %v, want %v; %v", kinds, want, st.Latency)
+	}
+}
+
+// TestLibvirtBins: a libvirt histogram is fspair's only with its count at
+// LatencySlots, every bin's start and value there, the first bin alone
+// starting at 0, on LatencyBoundsNs; a bin past the count is not read.
+func TestLibvirtBins(t *testing.T) {
+	starts := append([]uint64{0}, LatencyBoundsNs[:]...)
+	values := make([]uint64, LatencySlots)
+	for i := range values {
+		values[i] = uint64(i + 1)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(p []libvirt.TypedParam) []libvirt.TypedParam
+		want histKind
+	}{
+		{"ours", func(p []libvirt.TypedParam) []libvirt.TypedParam { return p }, histOurs},
+		{"a bin past the count", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return append(p, typed("block.0.latency_histogram.read.bin.30.value", uint64(9)))
+		}, histOurs},
+		{"a value missing", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return slices.DeleteFunc(p, func(x libvirt.TypedParam) bool { return x.Field == "block.0.latency_histogram.read.bin.7.value" })
+		}, histOther},
+		{"a start missing", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return slices.DeleteFunc(p, func(x libvirt.TypedParam) bool { return x.Field == "block.0.latency_histogram.read.bin.24.start" })
+		}, histOther},
+		{"first bin not at 0", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			return append(p, typed("block.0.latency_histogram.read.bin.0.start", uint64(5)))
+		}, histOther},
+		{"a bin more", func(p []libvirt.TypedParam) []libvirt.TypedParam {
+			p = append(p, typed("block.0.latency_histogram.read.bin.25.start", uint64(1)<<40), typed("block.0.latency_histogram.read.bin.25.value", uint64(1)))
+			return append(p, typed("block.0.latency_histogram.read.bin.count", uint64(LatencySlots+1)))
+		}, histOther},
+	} {
+		params := []libvirt.TypedParam{typed("block.count", uint64(1)), typed("block.0.name", "vda")}
+		params = c.edit(append(params, libvirtHistogram(0, "read", starts, values)...))
+		doms := parseLibvirtStats([]libvirt.DomainStatsRecord{{Dom: libvirt.Domain{Name: "db"}, Params: params}})
+		if len(doms) != 1 || len(doms[0].disks) != 1 {
+			t.Fatalf("%s: %+v", c.name, doms)
+		}
+		d := &doms[0].disks[0]
+		if got := d.kinds[OpRead]; got != c.want || d.stats.Latency[OpRead].OK != (c.want == histOurs) {
+			t.Errorf("%s: kind %d (%v), want %d", c.name, got, d.stats.Latency[OpRead], c.want)
+		}
+		if c.want == histOurs && !slices.Equal(d.stats.Latency[OpRead].Bins[:], values) {
+			t.Errorf("%s: bins %v, want %v", c.name, d.stats.Latency[OpRead].Bins, values)
+		}
+	}
+}
+
+// TestQMPReplyDecode: a command's "return" value is decoded with its reply
+// into the caller's value; an event before it leaves that value alone; a
+// reply of the wrong shape is an error at once (not a wait for the
+// deadline), and QEMU's refusal a *qmpError.
+func TestQMPReplyDecode(t *testing.T) {
+	for _, c := range []struct {
+		name, lines string
+		want        []blockstatsEntry
+		err         bool
+		refused     bool
+	}{
+		{"event first", `{"event":"BLOCK_IO_ERROR","data":{"device":"x"},"return":null}` + "\n" +
+			`{"return":[{"device":"d","stats":{"rd_operations":7}}],"id":"fspair-1"}` + "\n",
+			[]blockstatsEntry{{Device: "d", Stats: map[string]statValue{"rd_operations": {n: 7, isUint: true}}}}, false, false},
+		{"wrong shape", `{"return":{"device":"d"},"id":"fspair-1"}` + "\n", nil, true, false},
+		{"refused", `{"error":{"class":"GenericError","desc":"no"},"id":"fspair-1"}` + "\n", nil, true, true},
+	} {
+		client, server := net.Pipe()
+		go func() {
+			bufio.NewReader(server).ReadBytes('\n') // the command
+			server.Write([]byte(c.lines))
+		}()
+		_ = client.SetDeadline(time.Now().Add(5 * time.Second))
+		s := &qmpSession{conn: client, r: bufio.NewReader(client)}
+		var got []blockstatsEntry
+		start := time.Now()
+		err := s.executeArgs("query-blockstats", nil, &got)
+		var qe *qmpError
+		if (err != nil) != c.err || errors.As(err, &qe) != c.refused || time.Since(start) > 2*time.Second {
+			t.Errorf("%s: error %v after %v", c.name, err, time.Since(start))
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: decoded %+v, want %+v", c.name, got, c.want)
+		}
+		client.Close()
+		server.Close()
 	}
 }

@@ -65,7 +65,7 @@ func dialQMP(ctx context.Context, path string, deadline time.Time) (*qmpSession,
 	if json.Unmarshal(line, &greeting) != nil || greeting.QMP == nil {
 		return nil, fmt.Errorf("qmp %s: not a QMP greeting: %.80q", path, line)
 	}
-	if _, err := s.execute("qmp_capabilities"); err != nil {
+	if err := s.executeArgs("qmp_capabilities", nil, nil); err != nil {
 		return nil, fmt.Errorf("qmp %s: %w", path, err)
 	}
 	ok = true
@@ -101,11 +101,6 @@ func (s *qmpSession) readLine() ([]byte, error) {
 	}
 }
 
-// execute runs a command without arguments and returns its "return" value.
-func (s *qmpSession) execute(command string) (json.RawMessage, error) {
-	return s.executeArgs(command, nil)
-}
-
 // qmpError is QEMU's error reply to a command (class and description, as
 // qmp-spec.rst has them): the command was refused, the session is fine.
 type qmpError struct {
@@ -114,51 +109,110 @@ type qmpError struct {
 
 func (e *qmpError) Error() string { return e.Command + ": " + e.Class + ": " + e.Desc }
 
-// executeArgs runs a command with arguments (nil for none) and returns its
-// "return" value; QEMU's refusal is a *qmpError.
-func (s *qmpSession) executeArgs(command string, args any) (json.RawMessage, error) {
+// qmpRequest is a command as qmp-spec.rst has it; ID empty where the
+// monitor's owner numbers the commands (libvirt's pass-through).
+type qmpRequest struct {
+	Execute   string `json:"execute"`
+	Arguments any    `json:"arguments,omitempty"`
+	ID        string `json:"id,omitempty"`
+}
+
+// qmpReply is QEMU's answer to a command: its "return" value, decoded
+// with the reply into where Return points (the reply is read once: a
+// query-blockstats reply is the poll's largest), or its error.
+type qmpReply struct {
+	ID     *string `json:"id"`
+	Return any     `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+}
+
+// decode reads a reply whose "return" value goes into out (nil: dropped);
+// QEMU's refusal is a *qmpError.
+func (r *qmpReply) decode(command string, line []byte, out any) error {
+	if out == nil {
+		out = &json.RawMessage{}
+	}
+	r.Return = out
+	err := json.Unmarshal(line, r)
+	if err == nil && r.Error != nil {
+		err = &qmpError{command, r.Error.Class, r.Error.Desc}
+	} else if err != nil {
+		err = fmt.Errorf("decode reply to %s: %w", command, err)
+	}
+	return err
+}
+
+// executeArgs runs a command with arguments (nil for none) and decodes its
+// "return" value into out (nil: dropped); QEMU's refusal is a *qmpError.
+func (s *qmpSession) executeArgs(command string, args, out any) error {
 	s.id++
 	id := "fspair-" + strconv.Itoa(s.id)
-	req, err := json.Marshal(struct {
-		Execute   string `json:"execute"`
-		Arguments any    `json:"arguments,omitempty"`
-		ID        string `json:"id"`
-	}{command, args, id})
+	req, err := json.Marshal(qmpRequest{command, args, id})
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", command, err)
+		return fmt.Errorf("encode %s: %w", command, err)
 	}
 	if _, err := s.conn.Write(append(req, '\n')); err != nil {
-		return nil, fmt.Errorf("send %s: %w", command, timeoutHint(err))
+		return fmt.Errorf("send %s: %w", command, timeoutHint(err))
 	}
 	for {
 		line, err := s.readLine()
 		if err != nil {
-			return nil, fmt.Errorf("read reply to %s: %w", command, timeoutHint(err))
+			return fmt.Errorf("read reply to %s: %w", command, timeoutHint(err))
 		}
-		var reply struct {
-			ID     *string         `json:"id"`
-			Return json.RawMessage `json:"return"`
-			Error  *struct {
-				Class string `json:"class"`
-				Desc  string `json:"desc"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(line, &reply) != nil || reply.ID == nil || *reply.ID != id {
+		// Commands go one at a time and a failed session is closed, so
+		// the only lines before the reply are events: they have no
+		// "return", and out is left alone.
+		var reply qmpReply
+		err = reply.decode(command, line, out)
+		if reply.ID == nil || *reply.ID != id {
 			continue // an event, or not ours
 		}
-		if reply.Error != nil {
-			return nil, &qmpError{command, reply.Error.Class, reply.Error.Desc}
-		}
-		return reply.Return, nil
+		return err
 	}
 }
 
 // blockstatsEntry is one device of query-blockstats (QAPI BlockStats).
 type blockstatsEntry struct {
-	Device   string                     `json:"device"`
-	QDev     string                     `json:"qdev"`
-	NodeName string                     `json:"node-name"`
-	Stats    map[string]json.RawMessage `json:"stats"`
+	Device   string               `json:"device"`
+	QDev     string               `json:"qdev"`
+	NodeName string               `json:"node-name"`
+	Stats    map[string]statValue `json:"stats"`
+}
+
+// statValue is one field of QAPI BlockDeviceStats, decoded with the reply
+// and not again: an unsigned counter (n, when isUint), or an object, which
+// BlockDeviceStats has only for latency histograms
+// (BlockLatencyHistogramInfo): lat when on LatencyBoundsNs, else nil (a
+// histogram on other bounds). Any other value is neither.
+type statValue struct {
+	n      uint64
+	isUint bool
+	lat    *Histogram
+}
+
+func (v *statValue) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' {
+		// As json would decode it into a uint64, without a second pass;
+		// null too is left absent, never a zero.
+		n, err := strconv.ParseUint(string(b), 10, 64)
+		v.n, v.isUint = n, err == nil
+		return nil
+	}
+	// Sized for fspair's bounds, so that ours decode without growing.
+	h := struct {
+		Boundaries []uint64 `json:"boundaries"`
+		Bins       []uint64 `json:"bins"`
+	}{make([]uint64, 0, len(LatencyBoundsNs)), make([]uint64, 0, LatencySlots)}
+	if json.Unmarshal(b, &h) != nil {
+		return nil // not a histogram fspair can read: other bounds
+	}
+	if l, kind := ourHistogram(h.Boundaries, h.Bins); kind == histOurs {
+		v.lat = &l
+	}
+	return nil
 }
 
 // qmpFields names, for each counter of Stats (in statFields order) and
@@ -226,30 +280,20 @@ func (e *blockstatsEntry) stats() (st Stats, kinds [NumOps]histKind) {
 	for f := range qmpFields {
 		dst := st.field(f)
 		for op, name := range qmpFields[f] {
-			raw, ok := e.Stats[name]
-			if name == "" || !ok {
-				continue
-			}
-			var v uint64
-			if json.Unmarshal(raw, &v) == nil {
-				dst[op] = set(v)
+			if v, ok := e.Stats[name]; name != "" && ok && v.isUint {
+				dst[op] = set(v.n)
 			}
 		}
 	}
 	for _, op := range HistogramOps {
-		raw, ok := e.Stats[qmpHistograms[op]]
-		if !ok {
-			continue
-		}
-		var h struct {
-			Boundaries []uint64 `json:"boundaries"`
-			Bins       []uint64 `json:"bins"`
-		}
-		if json.Unmarshal(raw, &h) != nil {
+		v, ok := e.Stats[qmpHistograms[op]]
+		switch {
+		case !ok:
+		case v.lat != nil:
+			st.Latency[op], kinds[op] = *v.lat, histOurs
+		default:
 			kinds[op] = histOther
-			continue
 		}
-		st.Latency[op], kinds[op] = ourHistogram(h.Boundaries, h.Bins)
 	}
 	return st, kinds
 }
@@ -294,16 +338,14 @@ type vmDisk struct {
 
 // histSetter sets the guest latency histograms of a VM's devices over QMP
 // and remembers the devices that refused (per VM: a new QEMU process is a
-// new VM to the poller, and is asked again).
+// new VM to the poller, and is asked again). nil where fspair sets none.
 type histSetter struct {
-	enabled bool
-	refused map[string]refusal // by device (qdev, else "drive:" and its names)
+	refused map[string]time.Time // when, by device (qdev, else "drive:" and its names)
 	log     func(msg string, args ...any)
 }
 
-type refusal struct {
-	at     time.Time
-	reason string
+func newHistSetter(log func(msg string, args ...any)) *histSetter {
+	return &histSetter{refused: map[string]time.Time{}, log: log}
 }
 
 // RefusedRetry is how long a device that refused its histogram is left
@@ -329,20 +371,17 @@ func readQMP(ctx context.Context, path string, deadline time.Time, disks []*vmDi
 // pass-through to its monitor (libvirtMonitor).
 type monitor interface {
 	// executeArgs runs a command (args nil for none) and returns its
-	// "return" value; QEMU's refusal is a *qmpError.
-	executeArgs(command string, args any) (json.RawMessage, error)
+	// "return" value into out (nil: dropped); QEMU's refusal is a
+	// *qmpError.
+	executeArgs(command string, args, out any) error
 }
 
 // readMonitor is readQMP on a monitor already open; path names it in
 // errors.
 func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid int, hs *histSetter) error {
-	raw, err := s.executeArgs("query-blockstats", nil)
-	if err != nil {
-		return fmt.Errorf("qmp %s: %w", path, err)
-	}
 	var entries []blockstatsEntry
-	if err := json.Unmarshal(raw, &entries); err != nil {
-		return fmt.Errorf("qmp %s: decode query-blockstats: %w", path, err)
+	if err := s.executeArgs("query-blockstats", nil, &entries); err != nil {
+		return fmt.Errorf("qmp %s: %w", path, err)
 	}
 	byID := map[string]*blockstatsEntry{}
 	for i := range entries {
@@ -385,13 +424,9 @@ func readMonitor(s monitor, path string, disks []*vmDisk, procRoot string, pid i
 // matchByImage finds the disks not matched by target through query-block,
 // by their image file.
 func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*blockstatsEntry, procRoot string, pid int) error {
-	raw, err := s.executeArgs("query-block", nil)
-	if err != nil {
-		return fmt.Errorf("qmp %s: %w", path, err)
-	}
 	var block []blockEntry
-	if err := json.Unmarshal(raw, &block); err != nil {
-		return fmt.Errorf("qmp %s: decode query-block: %w", path, err)
+	if err := s.executeArgs("query-block", nil, &block); err != nil {
+		return fmt.Errorf("qmp %s: %w", path, err)
 	}
 	for _, d := range disks {
 		for _, b := range block {
@@ -417,9 +452,6 @@ func matchByImage(s monitor, path string, disks []*vmDisk, byID map[string]*bloc
 // next read has them), refused when it did not. Histograms already there
 // are left as they are: setting one empties it.
 func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind) string {
-	if !hs.enabled {
-		return HistogramNotSet
-	}
 	// block-latency-histogram-set finds the device by its id or QOM path
 	// (qmp_get_blk() in QEMU's block/qapi-sysemu.c): a drive without a
 	// guest device has neither.
@@ -427,7 +459,7 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 	if dev == "" {
 		key = "drive:" + e.Device + "/" + e.NodeName
 	}
-	if r, ok := hs.refused[key]; ok && time.Since(r.at) < RefusedRetry {
+	if at, ok := hs.refused[key]; ok && time.Since(at) < RefusedRetry {
 		return HistogramRefused
 	}
 	if dev == "" {
@@ -440,7 +472,7 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 			args[qmpBoundaries[op]] = LatencyBoundsNs[:]
 		}
 	}
-	_, err := s.executeArgs("block-latency-histogram-set", args)
+	err := s.executeArgs("block-latency-histogram-set", args, nil)
 	var qe *qmpError
 	switch {
 	case err == nil:
@@ -456,10 +488,10 @@ func (hs *histSetter) set(s monitor, e *blockstatsEntry, kinds *[NumOps]histKind
 }
 
 func (hs *histSetter) refuse(key, reason string) {
-	if _, seen := hs.refused[key]; !seen && hs.log != nil {
+	if _, seen := hs.refused[key]; !seen {
 		hs.log("QEMU refused a guest latency histogram", "device", key, "reason", reason)
 	}
-	hs.refused[key] = refusal{at: time.Now(), reason: reason}
+	hs.refused[key] = time.Now()
 }
 
 // reachable is where to connect to a socket the VMM names: the path as it

@@ -68,17 +68,9 @@ func TestGuestPath(t *testing.T) {
 			}
 			disks = append(disks, lab.DiskConfig{ID: s.id, File: path, Format: s.format, Cache: s.cache, AIO: s.aio})
 		}
-		vm, g := startPathVM(ctx, t, l, "e2e-guest-qemu", disks)
-		defer vm.Stop()
-		for _, d := range disks {
-			t.Run(d.ID, func(t *testing.T) {
-				dev, err := vm.GuestDevice(ctx, d.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g.check(t, ex, pathDisk{file: d.File, dev: "/dev/" + dev, format: d.Format, aio: d.AIO, cache: d.Cache})
-			})
-		}
+		eachPathDisk(ctx, t, l, "e2e-guest-qemu", disks, func(t *testing.T, _ *lab.VM, g *pathVM, d lab.DiskConfig, dev string) {
+			g.check(t, ex, pathDisk{file: d.File, dev: dev, format: d.Format, aio: d.AIO, cache: d.Cache})
+		})
 	})
 
 	t.Run("libvirt", func(t *testing.T) {
@@ -111,20 +103,23 @@ func TestGuestPath(t *testing.T) {
 	t.Logf("guest path test took %.1fs", time.Since(began).Seconds())
 }
 
-// startPathVM starts a plain QEMU guest with the disks and a QMP monitor
-// for the exporter, and its pathVM: the test's own query-blockstats by
-// image file. The caller stops the VM.
-func startPathVM(ctx context.Context, t *testing.T, l *lab.Lab, name string, disks []lab.DiskConfig) (*lab.VM, *pathVM) {
+// eachPathDisk starts a plain QEMU guest with the disks and a QMP monitor
+// for the exporter, and runs check in a subtest of each disk, given its
+// device in the guest (/dev/...) and the guest's pathVM (the test's own
+// query-blockstats by image file); the guest stops after the last.
+func eachPathDisk(ctx context.Context, t *testing.T, l *lab.Lab, name string, disks []lab.DiskConfig,
+	check func(t *testing.T, vm *lab.VM, g *pathVM, d lab.DiskConfig, dev string)) {
 	t.Helper()
 	vm, err := l.StartVM(ctx, lab.VMConfig{Name: name, Disks: disks, FspairQMP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer vm.Stop()
 	files := map[string]string{}
 	for _, d := range disks {
 		files[d.ID] = d.File
 	}
-	return vm, &pathVM{name: vm.Name, run: vm, pid: vm.PID(), dir: vm.Dir, source: "qmp",
+	g := &pathVM{name: vm.Name, run: vm, pid: vm.PID(), dir: vm.Dir, source: "qmp",
 		truth: func(ctx context.Context) (map[string]lab.BlockStats, error) {
 			byID, err := vm.BlockStats(ctx)
 			if err != nil {
@@ -136,6 +131,15 @@ func startPathVM(ctx context.Context, t *testing.T, l *lab.Lab, name string, dis
 			}
 			return out, nil
 		}}
+	for _, d := range disks {
+		t.Run(d.ID, func(t *testing.T) {
+			dev, err := vm.GuestDevice(ctx, d.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, vm, g, d, "/dev/"+dev)
+		})
+	}
 }
 
 // pathVM is a guest whose disks TestGuestPath checks.
