@@ -530,7 +530,8 @@ func TestSeriesAreRecorded(t *testing.T) {
 		}
 		rules += string(b)
 	}
-	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesPair, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
+	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesPair, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict,
+		seriesGuestQuantile, seriesTopLayer} {
 		if !strings.Contains(rules, "- record: "+s+"\n") {
 			t.Errorf("%s is recorded by no rule of rules/", s)
 		}

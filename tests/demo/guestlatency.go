@@ -16,9 +16,10 @@ import (
 // The series the guest latency table comes from.
 const (
 	seriesGuestInfo = `fspair_disk_guest_info`
-	// The guest layer's p99 per operation (the quantile rule also records
-	// the image file's and the device's, and p50).
-	seriesGuestP99 = `domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m{layer="guest", quantile="0.99"}`
+	// The quantiles of each layer per operation; the table reads the
+	// guest layer's p99.
+	seriesGuestQuantile = `domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m`
+	seriesGuestP99      = seriesGuestQuantile + `{layer="guest", quantile="0.99"}`
 	// The layer holding most of the guest's mean time per operation; the
 	// value is its share.
 	seriesTopLayer = `domain_disk:fspair_disk_guest_path_top_layer:info`
@@ -55,7 +56,7 @@ type layerShare struct {
 	share float64
 }
 
-// guestLatencyCell is one operation's cell: "4.10 ms, device 62%", the p99
+// cell is one operation's cell: "4.10 ms, device 62%", the p99
 // alone where the rules have no layer for it, or why there is no p99 (too
 // few requests of the operation for the rules to take one).
 func (g guestLatency) cell(op string) string {
