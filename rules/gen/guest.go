@@ -181,9 +181,9 @@ var guestQuantileLayers = []struct {
 // rule reads its raw histogram once (its classic and its native form, one of
 // which is empty); the two quantiles of a layer read it once each. Recording
 // the buckets' rates once and taking both quantiles from them would read it
-// once, but in the classic layouts store a series per bucket again (15 for
-// the guest and image-file histograms, 11 for the device's, per operation:
-// 112 series a disk, 1.1 million at 10,000 disks) where these rules store 16.
+// once, but in the classic layouts store a series per bucket again (13 for
+// the guest and image-file histograms, 9 for the device's, per operation:
+// 96 series a disk, 960,000 at 10,000 disks) where these rules store 16.
 func guestQuantileRules(w window, minReq string) []Rule {
 	var out []Rule
 	for _, l := range guestQuantileLayers {
