@@ -61,6 +61,7 @@ DISK_ALERTS = (
     ("FspairHostFSLatencyOverheadHigh", "image-file latency far above device latency, against the best pair"),
     ("FspairMailFlushLatencyHigh", "slow flushes on a mail-like disk"),
     ("FspairHostFSContention", "too many active VM disks on the host device"),
+    ("FspairGuestLatencyHigh", "the guest's p99 of an operation above its limit, naming the layer that holds its time"),
 )
 
 VERDICT_MAPPINGS = {v: (v, c) for v, c in VERDICT_COLORS.items()}
@@ -145,6 +146,11 @@ def _what_the_vm_feels(inputs: Inputs) -> list[PanelBuilder]:
     """The first row: the guest's latency, its percentiles beside the image file's and the device's, and which
     layer holds the guest's time, one column per operation."""
     floor = inputs.thresholds.min_stage_requests_per_second
+    limits = {
+        "read": inputs.thresholds.guest_read_write_p99_seconds,
+        "write": inputs.thresholds.guest_read_write_p99_seconds,
+        "flush": inputs.thresholds.guest_flush_p99_seconds,
+    }
     status = stat_panel(
         "Guest latency histogram",
         "Whether the guest's latency histograms (fspair_disk_guest_request_duration_seconds) are there for this disk: "
@@ -187,13 +193,15 @@ def _what_the_vm_feels(inputs: Inputs) -> list[PanelBuilder]:
             "image's host block requests, writeback included), so their percentiles do not add up: compare them side by "
             "side. A percentile lies inside one bucket, interpolated: guest and image file on powers of 2 (native) or every "
             "4x (classic), the device every 8x in its classic buckets, so a classic device p99 is known to within a factor "
-            "of 8. " + NO_GUEST_HISTOGRAM,
+            f"of 8. FspairGuestLatencyHigh fires when the guest's p99 stays above {limits[op]:g} s (dashed line; "
+            "rules/classes.yaml alerts). " + NO_GUEST_HISTOGRAM,
             "s",
             [
                 Query(disk_rule(GUEST_QUANTILE, f'op="{op}"', 'quantile="0.99"'), "p99 {{layer}}"),
                 Query(disk_rule(GUEST_QUANTILE, f'op="{op}"', 'quantile="0.5"'), "p50 {{layer}}"),
             ],
             width=8,
+            limit=limits[op],
         )
         for op in GUEST_OPS
     ]

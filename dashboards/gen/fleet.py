@@ -231,7 +231,8 @@ TOP_LAYER = "domain_disk:fspair_disk_guest_path_top_layer:info"
 TOP_LAYER_COUNT = "layer_op:fspair_disks_guest_path_top_layer:count5m"
 
 
-def _guest_latency() -> list[PanelBuilder]:
+def _guest_latency(inputs: Inputs) -> list[PanelBuilder]:
+    t = inputs.thresholds
     # The top 20 of each host's (tests/fleet: one Prometheus a host) are the
     # fleet's top 20 here.
     top = f"topk(20, {rule(TOP_GUEST_P99)})"
@@ -255,7 +256,9 @@ def _guest_latency() -> list[PanelBuilder]:
             "its share is then bounded, not measured). The layer is from means: a tail can sit elsewhere, the VM disk "
             "dashboard's first row has the percentiles by layer. Only disks with a guest histogram "
             "(fspair_disk_guest_info{histogram=\"ok\"}) and at least efficiency.min_stage_requests_per_second guest "
-            "requests a second are ranked. Click a row for the disk's dashboard; runbook: FspairGuestLatencyHigh.",
+            "requests a second are ranked. FspairGuestLatencyHigh fires on a p99 that stays above "
+            f"{t.guest_read_write_p99_seconds:g} s for reads and writes, {t.guest_flush_p99_seconds:g} s for flushes "
+            "(rules/classes.yaml alerts). Click a row for the disk's dashboard.",
             "s",
             [Query(f"max without (layer, quantile) ({top})"), Query(share)],
             [
@@ -561,7 +564,7 @@ def build(inputs: Inputs) -> dash.Dashboard:
     for p in _efficiency(inputs):
         d = d.with_panel(p)
     d = d.with_row(row("The guest's latency: the slowest disks and the layer to blame"))
-    for p in _guest_latency():
+    for p in _guest_latency(inputs):
         d = d.with_panel(p)
     d = d.with_row(row("The guest path by pair, aio and cache mode"))
     for p in _guest_path():

@@ -26,6 +26,8 @@ class Thresholds:
     contention_active_disks: float
     active_iops: float
     min_stage_requests_per_second: float
+    guest_read_write_p99_seconds: float
+    guest_flush_p99_seconds: float
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ def _thresholds(doc: dict[str, Any]) -> Thresholds:
         contention_active_disks=_value(doc, "alerts", "contention_active_disks"),
         active_iops=_value(doc, "activity", "active_iops"),
         min_stage_requests_per_second=_value(doc, "efficiency", "min_stage_requests_per_second"),
+        guest_read_write_p99_seconds=_value(doc, "alerts", "guest_read_write_p99_seconds"),
+        guest_flush_p99_seconds=_value(doc, "alerts", "guest_flush_p99_seconds"),
     )
 
 
