@@ -170,7 +170,7 @@ def _what_the_vm_feels(inputs: Inputs) -> list[PanelBuilder]:
             f"{op.capitalize()} latency: guest",
             f"Distribution of what the guest's {op}s took as the guest sees it, from the virtio device receiving them to "
             f'completing them (QEMU\'s latency histogram, fspair_disk_guest_request_duration_seconds{{op="{op}"}}), on the '
-            "image file's buckets (powers of 2 from 1 us; the classic series keep every 4th bound). " + NO_GUEST_HISTOGRAM,
+            "image file's buckets (powers of 2 from 1 us; the classic series keep a bound every 4x). " + NO_GUEST_HISTOGRAM,
             "s",
             Query(buckets("fspair_disk_guest_request_duration_seconds", f'op="{op}"')),
             width=6,
