@@ -92,15 +92,25 @@ func TestGuestPath(t *testing.T) {
 		}
 		for _, d := range disks {
 			t.Run(d.Target, func(t *testing.T) {
-				out, err := guest.RunOK(ctx, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = "fspair-`+d.Target+`" ] && echo ${d##*/}; done; true`)
-				if err != nil || strings.TrimSpace(out) == "" {
-					t.Fatalf("guest device of %s: %q %v", d.Target, out, err)
+				dev, err := domainGuestDevice(ctx, guest, d.Target)
+				if err != nil {
+					t.Fatal(err)
 				}
-				g.check(t, ex, pathDisk{file: d.File, dev: "/dev/" + strings.TrimSpace(out), format: d.Format, aio: d.IO, cache: d.Cache})
+				g.check(t, ex, pathDisk{file: d.File, dev: dev, format: d.Format, aio: d.IO, cache: d.Cache})
 			})
 		}
 	})
 	t.Logf("guest path test took %.1fs", time.Since(began).Seconds())
+}
+
+// domainGuestDevice is the guest's device (/dev/...) of a libvirt domain's
+// disk target, found by the serial the lab gives it (fspair-TARGET).
+func domainGuestDevice(ctx context.Context, guest lab.Runner, target string) (string, error) {
+	out, err := guest.RunOK(ctx, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = "fspair-`+target+`" ] && echo ${d##*/}; done; true`)
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "", fmt.Errorf("guest device of %s: %q %v", target, out, err)
+	}
+	return "/dev/" + strings.TrimSpace(out), nil
 }
 
 // eachPathDisk starts a plain QEMU guest with the disks and a QMP monitor
