@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"testing"
 	"time"
@@ -73,19 +72,10 @@ func TestGuestHistogram(t *testing.T) {
 	t.Run("libvirt", func(t *testing.T) {
 		requireLibvirtTools(t)
 		ensureLibvirt(t, l)
-		var disks []lab.DomainDisk
-		for i, m := range []struct{ format, aio, cache string }{{"raw", "native", "none"}, {"qcow2", "threads", "writeback"}} {
-			path := h.Path(fmt.Sprintf("lh%d.%s", i, m.format))
-			if err := makeDataImage(ctx, path, m.format); err != nil {
-				t.Fatal(err)
-			}
-			disks = append(disks, lab.DomainDisk{Target: fmt.Sprintf("vd%c", 'a'+i), File: path, Format: m.format, Cache: m.cache, IO: m.aio})
-		}
-		name := fmt.Sprintf("fspair-e2e-hist-%d", os.Getpid())
-		dom := createDomain(t, l, name, disks, nil)
-		guest := readyGuest(ctx, t, dom)
-		defer guest.Close()
-		g := &pathVM{name: name, run: guest, pid: dom.PID(), dir: l.Dir, source: "libvirt", truth: dom.BlockStats}
+		g, guest, disks := startPathDomain(ctx, t, l, "fspair-e2e-hist", []lab.DomainDisk{
+			{File: h.Path("lh0.raw"), Format: "raw", Cache: "none", IO: "native"},
+			{File: h.Path("lh1.qcow2"), Format: "qcow2", Cache: "writeback", IO: "threads"},
+		})
 		t.Run("default", func(t *testing.T) {
 			ex := startExporterWith(t, "--guest.interval=500ms", "--guest.timeout=2s")
 			for _, d := range disks {
