@@ -78,8 +78,27 @@ var archetypes = []archetype{
 
 var fsNames = []string{"ext4", "xfs", "btrfs"}
 
+// Classic bucket bounds of the histograms the rules read by their buckets,
+// as the exporter writes them in text (README.md, "Classic buckets"): the
+// latency histograms (image file, guest) every 4x from 2 us, the host_queue
+// and device stages every 8x from 4 us; the file stage has none.
+var (
+	latencyBounds = slotBounds(1, 2, 12)
+	stageBounds   = slotBounds(2, 3, 8)
+)
+
+// slotBounds returns n bounds of the kernel's log2 slots (1 us * 2^k), from
+// slot first, every step slots.
+func slotBounds(first, step, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = 1e-6 * math.Ldexp(1, first+i*step)
+	}
+	return out
+}
+
 // exposition renders the synthetic exporter's metrics at elapsed seconds.
-func exposition(disks int, elapsed float64, buckets bool) []byte {
+func exposition(disks int, elapsed float64) []byte {
 	var b strings.Builder
 	b.Grow(disks * 16384)
 	line := func(name, labels string, v float64) {
@@ -89,6 +108,16 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 		b.WriteString("} ")
 		b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
 		b.WriteByte('\n')
+	}
+	// histogram writes a classic histogram of n requests of mean seconds
+	// each, all in the first bucket whose bound is at least mean.
+	histogram := func(name, labels string, bounds []float64, n, mean float64) {
+		for _, le := range bounds {
+			line(name+"_bucket", labels+fmt.Sprintf(`,le="%g"`, le), n*float64(btoi(le >= mean)))
+		}
+		line(name+"_bucket", labels+`,le="+Inf"`, n)
+		line(name+"_sum", labels, n*mean)
+		line(name+"_count", labels, n)
 	}
 	for i := 0; i < disks; i++ {
 		a := archetypes[i%len(archetypes)]
@@ -105,13 +134,7 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 			line("fspair_disk_requests_total", l, n)
 			line("fspair_disk_bytes_total", l, math.Floor(per[op][1]*t))
 			line("fspair_disk_request_errors_total", l, 0)
-			line("fspair_disk_request_duration_seconds_sum", l, n*0.001)
-			line("fspair_disk_request_duration_seconds_count", l, n)
-			if buckets {
-				for j := 0; j < 24; j++ {
-					line("fspair_disk_request_duration_seconds_bucket", l+fmt.Sprintf(`,le="%g"`, 1e-6*math.Ldexp(1, j)), n)
-				}
-			}
+			histogram("fspair_disk_request_duration_seconds", l, latencyBounds, n, 0.001)
 		}
 		for _, d := range []struct {
 			op                 string
@@ -126,12 +149,11 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 			for _, stage := range []string{"file", "host_queue", "device"} {
 				sl := k + `,stage="` + stage + `",op="` + d.op + `"`
 				n := math.Floor(d.n * t)
-				line("fspair_disk_stage_seconds_sum", sl, n*0.0005)
-				line("fspair_disk_stage_seconds_count", sl, n)
-				if buckets {
-					for j := 0; j < 24; j++ {
-						line("fspair_disk_stage_seconds_bucket", sl+fmt.Sprintf(`,le="%g"`, 1e-6*math.Ldexp(1, j)), n)
-					}
+				if stage == "file" {
+					line("fspair_disk_stage_seconds_sum", sl, n*0.0005)
+					line("fspair_disk_stage_seconds_count", sl, n)
+				} else {
+					histogram("fspair_disk_stage_seconds", sl, stageBounds, n, 0.0005)
 				}
 			}
 		}
@@ -149,7 +171,7 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 		}
 		// The guest side: QEMU merged a fifth of the reads and writes and
 		// skipped half the flushes (the guest asks more than the file sees).
-		line("fspair_disk_guest_info", k+`,source="qmp",status="ok"`, 1)
+		line("fspair_disk_guest_info", k+`,source="qmp",status="ok",histogram="ok"`, 1)
 		for _, g := range []struct {
 			op                string
 			n, by, merged, ms float64
@@ -157,6 +179,7 @@ func exposition(disks int, elapsed float64, buckets bool) []byte {
 			l := k + `,op="` + g.op + `"`
 			line("fspair_disk_guest_requests_total", l, math.Floor(g.n*t))
 			line("fspair_disk_guest_request_duration_seconds_total", l, math.Floor(g.n*t)*g.ms)
+			histogram("fspair_disk_guest_request_duration_seconds", l, latencyBounds, math.Floor(g.n*t), g.ms)
 			if g.op != "flush" {
 				line("fspair_disk_guest_bytes_total", l, math.Floor(g.by*t))
 				line("fspair_disk_guest_merged_requests_total", l, math.Floor(g.merged*t))
@@ -374,7 +397,7 @@ type options struct {
 	disks, samples       int
 	bin, rulesDir        string
 	warmup, scrape, eval time.Duration
-	buckets, hold, cost  bool
+	hold, cost           bool
 	queries              string
 	extra                []string
 }
@@ -388,7 +411,6 @@ func run() int {
 	flag.IntVar(&o.samples, "samples", 5, "evaluations to measure")
 	flag.DurationVar(&o.scrape, "scrape", 15*time.Second, "scrape interval")
 	flag.DurationVar(&o.eval, "eval", time.Minute, "rule evaluation interval")
-	flag.BoolVar(&o.buckets, "buckets", false, "also serve histogram buckets, as the exporter does (about 6x the series)")
 	extra := flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
 	flag.StringVar(&o.queries, "queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop; with -cost, cost them beside the rules on the server with them (a rewritten rule against the rule as it is)")
 	flag.BoolVar(&o.cost, "cost", false, "after the warm-up, stop scraping and evaluating and cost each rule alone on what the rules last recorded: the server's CPU time and the query's wall time, median of -samples runs (one server, no server without rules)")
@@ -457,7 +479,7 @@ func bench(o options) error {
 		mu.Lock()
 		body, ok := cache[sec]
 		if !ok {
-			body = exposition(o.disks, float64(sec), o.buckets)
+			body = exposition(o.disks, float64(sec))
 			cache = map[int64][]byte{sec: body}
 		}
 		mu.Unlock()

@@ -19,7 +19,7 @@ import (
 // exporter metric the generated rules select, so that the bench exercises
 // every rule, and that each line is a well-formed sample.
 func TestExpositionCoversRules(t *testing.T) {
-	body := string(exposition(7, 600, false))
+	body := string(exposition(7, 600))
 	sample := regexp.MustCompile(`^([a-zA-Z_][a-zA-Z0-9_]*)\{[^}]*\} -?[0-9.e+]+$`)
 	served := map[string]int{}
 	for _, l := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {

@@ -16,10 +16,24 @@ type alert struct {
 // diskWho names a VM disk in a description.
 const diskWho = "{{ $labels.domain }} disk {{ $labels.target_device }} ({{ $labels.source_file }}) on {{ $labels.instance }}"
 
+// topLayerSentence names, in FspairGuestLatencyHigh's description, the
+// layer holding most of the guest's mean time for the disk and operation
+// (domain_disk:fspair_disk_guest_path_top_layer:info, looked up when the
+// alert is evaluated) and what to look at next there (the runbook has the
+// detail).
+const topLayerSentence = `{{ with printf "` + guestTopLayerName +
+	`{instance=%q, domain=%q, uuid=%q, target_device=%q, source_file=%q, op=%q}"` +
+	` $labels.instance $labels.domain $labels.uuid $labels.target_device $labels.source_file $labels.op | query }}{{ with first . }}` +
+	`The {{ .Labels.layer }} layer holds most of the guest's mean time ({{ .Value | humanizePercentage }}): ` +
+	`{{ if eq .Labels.layer "vmm" }}look at QEMU next: its iothreads, the aio mode, vCPU and host CPU contention.` +
+	`{{ else if eq .Labels.layer "host_fs" }}look at the host file system next: the image format, fragmentation, the host-FS latency overhead.` +
+	`{{ else }}look at the host device next: its queue and saturation.{{ end }}{{ end }}` +
+	`{{ else }}No layer split: the image file had too few requests for a mean; see the runbook.{{ end }}`
+
 func alerts(p *Params) []alert {
 	t := p.T
 	s, l := p.Short.name, p.Long.name
-	forPoor, forEff := int64(3600), int64(3600)
+	forPoor, forEff, forGuest := int64(3600), int64(3600), int64(900)
 	return []alert{
 		{
 			name: "FspairPoorPairing", severity: "warning", forSecs: forPoor,
@@ -71,6 +85,20 @@ func alerts(p *Params) []alert {
 			description: diskWho + " runs a mail-like workload on {{ $labels.guest_fs }}/{{ $labels.host_fs }}" +
 				" and its flushes have taken {{ $value | humanizeDuration }} on average over the last " + s +
 				" (alert above " + num(t.Alerts.MailFlushLatencySeconds.V()) + " s); every durable append of such a workload waits for one.",
+		},
+		{
+			// The guest's own p99, by operation; the layer that holds the
+			// time is looked up for the description, not joined in as a
+			// label: a change of layer must not restart the `for`.
+			name: "FspairGuestLatencyHigh", severity: "warning", forSecs: forGuest,
+			expr: fmt.Sprintf(`
+  max without (layer, quantile) (`+guestQuantileName+`{layer="guest", quantile="0.99", op=~"read|write"}) > %s
+or
+  max without (layer, quantile) (`+guestQuantileName+`{layer="guest", quantile="0.99", op="flush"}) > %s`, num(t.Alerts.GuestReadWriteP99Seconds.V()), num(t.Alerts.GuestFlushP99Seconds.V())),
+			summary: "A VM's guest waits long for some of its disk requests.",
+			description: diskWho + ": the guest's {{ $labels.op }}s have had a 99th percentile of {{ $value | humanizeDuration }} over" +
+				" the last " + s + " for " + scaleDuration(forGuest, p.ForScale) + " (alert above " + num(t.Alerts.GuestReadWriteP99Seconds.V()) +
+				" s for reads and writes, " + num(t.Alerts.GuestFlushP99Seconds.V()) + " s for flushes). " + topLayerSentence,
 		},
 		{
 			name: "FspairHostFSContention", severity: "warning", forSecs: 1800,

@@ -46,6 +46,11 @@ type Thresholds struct {
 		MailFlushLatencySeconds  Value `yaml:"mail_flush_latency_seconds"`
 		ContentionActiveDisks    Value `yaml:"contention_active_disks"`
 		EventsDroppedPerSecond   Value `yaml:"events_dropped_per_second"`
+		// FspairGuestLatencyHigh: the guest's p99 of reads and writes,
+		// and of flushes, which wait for the host's writeback and device
+		// cache flush and so run longer.
+		GuestReadWriteP99Seconds Value `yaml:"guest_read_write_p99_seconds"`
+		GuestFlushP99Seconds     Value `yaml:"guest_flush_p99_seconds"`
 	} `yaml:"alerts"`
 }
 
@@ -112,6 +117,8 @@ func (t *Thresholds) validate() error {
 		"alerts.mail_flush_latency_seconds":           t.Alerts.MailFlushLatencySeconds,
 		"alerts.contention_active_disks":              t.Alerts.ContentionActiveDisks,
 		"alerts.events_dropped_per_second":            t.Alerts.EventsDroppedPerSecond,
+		"alerts.guest_read_write_p99_seconds":         t.Alerts.GuestReadWriteP99Seconds,
+		"alerts.guest_flush_p99_seconds":              t.Alerts.GuestFlushP99Seconds,
 	}
 	for _, name := range sortedKeys(values) {
 		if err := values[name].validate(name); err != nil {

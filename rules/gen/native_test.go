@@ -27,28 +27,68 @@ import (
 func TestRulesReadHistogramsInBothModes(t *testing.T) {
 	raw := regexp.MustCompile(`\b(fspair_[a-z0-9_]+)_(sum|count)\{`)
 	seen := 0
+	forEachRule(t, func(f, name, expr string) {
+		for _, m := range raw.FindAllStringSubmatch(expr, -1) {
+			if !histogramFamilies[m[1]] {
+				t.Errorf("%s, %s: reads %s_%s, but %s is not among the histograms counterRate reads in both modes (histogramFamilies)",
+					f, name, m[1], m[2], m[1])
+				continue
+			}
+			seen++
+			if native := fmt.Sprintf("histogram_%s(rate(%s{", m[2], m[1]); !strings.Contains(expr, native) {
+				t.Errorf("%s, %s: reads %s_%s without %s...: empty on a Prometheus with native histograms",
+					f, name, m[1], m[2], native)
+			}
+		}
+	})
+	if seen == 0 {
+		t.Fatal("no rule reads a histogram's _sum or _count: has the generator changed?")
+	}
+}
+
+// TestRulesReadBucketsInBothModes: a rule that reads a histogram's classic
+// buckets (histogramQuantile) reads its native form in the same expression,
+// and each exactly once: the raw histograms are the costliest series a rule
+// selects (a classic one is a series per bucket), so no rule selects one
+// twice.
+func TestRulesReadBucketsInBothModes(t *testing.T) {
+	bucket := regexp.MustCompile(`\b(fspair_[a-z0-9_]+)_bucket\{`)
+	seen := 0
+	forEachRule(t, func(f, name, expr string) {
+		families := map[string]bool{}
+		for _, m := range bucket.FindAllStringSubmatch(expr, -1) {
+			families[m[1]] = true
+		}
+		for _, h := range sortedKeys(families) {
+			seen++
+			if n := strings.Count(expr, h+"_bucket{"); n != 1 {
+				t.Errorf("%s, %s: selects %s_bucket %d times, want once", f, name, h, n)
+			}
+			if n := strings.Count(expr, "rate("+h+"{"); n != 1 {
+				t.Errorf("%s, %s: reads the native %s %d times, want once (beside its classic buckets)", f, name, h, n)
+			}
+			if !strings.Contains(expr, "op, le) (rate("+h+"_bucket{") {
+				t.Errorf("%s, %s: sums %s_bucket without keeping le", f, name, h)
+			}
+		}
+	})
+	if seen == 0 {
+		t.Fatal("no rule reads a histogram's buckets: has the generator changed?")
+	}
+}
+
+// forEachRule calls fn with every rule of the generated files, the fleet's
+// split included: its file, its name and its expression.
+func forEachRule(t *testing.T, fn func(file, name, expr string)) {
+	t.Helper()
 	for _, f := range append(append([]string{}, ruleFiles...), fleetRuleFiles...) {
 		var rf ruleFileYAML
 		loadYAML(t, filepath.Join("..", f), &rf)
 		for _, g := range rf.Groups {
 			for _, r := range g.Rules {
-				for _, m := range raw.FindAllStringSubmatch(r.Expr, -1) {
-					if !histogramFamilies[m[1]] {
-						t.Errorf("%s, %s: reads %s_%s, but %s is not among the histograms counterRate reads in both modes (histogramFamilies)",
-							f, r.Record+r.Alert, m[1], m[2], m[1])
-						continue
-					}
-					seen++
-					if native := fmt.Sprintf("histogram_%s(rate(%s{", m[2], m[1]); !strings.Contains(r.Expr, native) {
-						t.Errorf("%s, %s: reads %s_%s without %s...: empty on a Prometheus with native histograms",
-							f, r.Record+r.Alert, m[1], m[2], native)
-					}
-				}
+				fn(f, r.Record+r.Alert, r.Expr)
 			}
 		}
-	}
-	if seen == 0 {
-		t.Fatal("no rule reads a histogram's _sum or _count: has the generator changed?")
 	}
 }
 

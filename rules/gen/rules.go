@@ -145,6 +145,22 @@ func counterRate(metric, sel string) string {
 	return fmt.Sprintf("rate(%s{%s}[${w}])", metric, sel)
 }
 
+// histogramQuantile is the q-quantile of an exporter histogram per disk and
+// operation over ${w}, read in both exposition modes as counterRate reads
+// sums and counts: the classic buckets (by their le, which histogram_quantile
+// reads as a number: Prometheus 2's le="4096" and 3's le="4096.0" are the
+// same bound, and no rule selects a bucket by its le text), or the native
+// histogram. Both sides carry the same labels once histogram_quantile has
+// dropped le, so "or" never doubles a disk; where a Prometheus keeps both
+// (always_scrape_classic_histograms) the classic side is read. A classic
+// histogram converted to one of custom buckets (convert_classic_histograms_to_nhcb)
+// is a native one here.
+func histogramQuantile(q, metric, sel string) string {
+	return fmt.Sprintf(`    histogram_quantile(%s, sum by (${disk}, op, le) (rate(%s_bucket{%s}[${w}])))
+  or
+    histogram_quantile(%s, sum by (${disk}, op) (rate(%s{%s}[${w}])))`, q, metric, sel, q, metric, sel)
+}
+
 // histogramFamilies are the exporter's histograms the rules read by their
 // sum and count (rules/gen's tests check each against exporter/collector).
 var histogramFamilies = map[string]bool{
@@ -375,8 +391,11 @@ func recordingFile(p *Params) File {
 				Comment: fmt.Sprintf("The guest path over the short window (%s): guest requests against image-file requests (merge ratio, flushes elided, sizes before and after merging), latency by layer from the guest to the device, and the fleet by pair, aio and cache mode.", s.name)},
 			{Name: "fspair.workload", Rules: workloadRules(p),
 				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."},
-			{Name: "fspair.fleet", Rules: fleetRules(p), Interval: li,
-				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it.", li)},
+			{Name: "fspair.fleet", Rules: append(fleetRules(p), guestFleetRules(s)...), Interval: li,
+				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it; "+
+					"the guest path's slowest disks and the layers holding their time over the short window (%s). Those read a series per disk and operation "+
+					"(30,000 at 10,000 disks), so they are evaluated here rather than with fspair.guest: the window they summarise moves little between two "+
+					"evaluations, and readers see no gap (the interval stays below Prometheus' 5m lookback).", li, s.name)},
 			{Name: "fspair.pairing", Rules: pairingRules(),
 				Comment: "Each disk's live class joined with the knowledge base's verdict on its pair."},
 		},
