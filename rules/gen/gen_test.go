@@ -401,6 +401,7 @@ func TestThresholdsValidation(t *testing.T) {
 		{"conditions are gone (scores are distances)", "  - name: web\n    box:", "  - name: web\n    conditions: []\n    box:", nil},
 		{"workload order", "- name: web", "- name: www", nil},
 		{"misspelt field", "contention_active_disks:", "contention_active_disk:", nil},
+		{"guest flush limit without a value", "  guest_flush_p99_seconds:\n    value: 0.25", "  guest_flush_p99_seconds:\n    value: null", nil},
 		{"settle without seconds", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: 1", nil},
 		{"settle negative", "settle:\n  windows: 1\n  seconds: 60", "settle:\n  windows: -1\n  seconds: 60", nil},
 		{"min_confidence above 1", "  min_confidence:\n    value: 0.5", "  min_confidence:\n    value: 1.5", nil},

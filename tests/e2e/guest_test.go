@@ -75,32 +75,55 @@ func TestGuestPath(t *testing.T) {
 
 	t.Run("libvirt", func(t *testing.T) {
 		var disks []lab.DomainDisk
-		for i, s := range specs {
-			path := h.Path("l" + s.id + "." + s.format)
-			if err := makeDataImage(ctx, path, s.format); err != nil {
-				t.Fatal(err)
-			}
-			disks = append(disks, lab.DomainDisk{Target: fmt.Sprintf("vd%c", 'a'+i), File: path, Format: s.format, Cache: s.cache, IO: s.aio})
+		for _, s := range specs {
+			disks = append(disks, lab.DomainDisk{File: h.Path("l" + s.id + "." + s.format), Format: s.format, Cache: s.cache, IO: s.aio})
 		}
-		name := fmt.Sprintf("fspair-e2e-guest-%d", os.Getpid())
-		dom := createDomain(t, l, name, disks, nil)
-		guest := readyGuest(ctx, t, dom)
-		defer guest.Close()
-		g := &pathVM{name: name, run: guest, pid: dom.PID(), dir: l.Dir, source: "libvirt", truth: dom.BlockStats}
-		if g.pid <= 0 {
-			t.Fatalf("no QEMU pid for domain %s", name)
-		}
+		g, guest, disks := startPathDomain(ctx, t, l, "fspair-e2e-guest", disks)
 		for _, d := range disks {
 			t.Run(d.Target, func(t *testing.T) {
-				out, err := guest.RunOK(ctx, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = "fspair-`+d.Target+`" ] && echo ${d##*/}; done; true`)
-				if err != nil || strings.TrimSpace(out) == "" {
-					t.Fatalf("guest device of %s: %q %v", d.Target, out, err)
+				dev, err := domainGuestDevice(ctx, guest, d.Target)
+				if err != nil {
+					t.Fatal(err)
 				}
-				g.check(t, ex, pathDisk{file: d.File, dev: "/dev/" + strings.TrimSpace(out), format: d.Format, aio: d.IO, cache: d.Cache})
+				g.check(t, ex, pathDisk{file: d.File, dev: dev, format: d.Format, aio: d.IO, cache: d.Cache})
 			})
 		}
 	})
 	t.Logf("guest path test took %.1fs", time.Since(began).Seconds())
+}
+
+// startPathDomain makes a data image for each disk (its File and Format),
+// names their targets vda, vdb, ... in order, and starts a transient
+// libvirt domain name-PID with them; it returns the test's pathVM of it
+// (QEMU's statistics through libvirt's monitor), its guest, closed when the
+// test ends, and the disks with their targets.
+func startPathDomain(ctx context.Context, t *testing.T, l *lab.Lab, name string, disks []lab.DomainDisk) (*pathVM, *lab.Guest, []lab.DomainDisk) {
+	t.Helper()
+	for i := range disks {
+		if err := makeDataImage(ctx, disks[i].File, disks[i].Format); err != nil {
+			t.Fatal(err)
+		}
+		disks[i].Target = fmt.Sprintf("vd%c", 'a'+i)
+	}
+	name = fmt.Sprintf("%s-%d", name, os.Getpid())
+	dom := createDomain(t, l, name, disks, nil)
+	guest := readyGuest(ctx, t, dom)
+	t.Cleanup(func() { guest.Close() })
+	g := &pathVM{name: name, run: guest, pid: dom.PID(), dir: l.Dir, source: "libvirt", truth: dom.BlockStats}
+	if g.pid <= 0 {
+		t.Fatalf("no QEMU pid for domain %s", name)
+	}
+	return g, guest, disks
+}
+
+// domainGuestDevice is the guest's device (/dev/...) of a libvirt domain's
+// disk target, found by the serial the lab gives it (fspair-TARGET).
+func domainGuestDevice(ctx context.Context, guest lab.Runner, target string) (string, error) {
+	out, err := guest.RunOK(ctx, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = "fspair-`+target+`" ] && echo ${d##*/}; done; true`)
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "", fmt.Errorf("guest device of %s: %q %v", target, out, err)
+	}
+	return "/dev/" + strings.TrimSpace(out), nil
 }
 
 // eachPathDisk starts a plain QEMU guest with the disks and a QMP monitor

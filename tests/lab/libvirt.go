@@ -408,6 +408,11 @@ func domainXML(d *Domain, kernel, initrd string, disks []DomainDisk, guestFS map
 	fmt.Fprintf(&b, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n    <kernel>%s</kernel>\n    <initrd>%s</initrd>\n",
 		x(kernel), x(initrd))
 	b.WriteString("    <cmdline>console=ttyS0 panic=-1 quiet</cmdline>\n  </os>\n")
+	// ACPI, as the plain QEMU guests have it by default: without it libvirt
+	// starts QEMU with -no-acpi, the guest finds no HPET or ACPI PM timer to
+	// trust its TSC by and keeps time in jiffies (4 ms steps), too coarse
+	// for the latencies fio measures in it.
+	b.WriteString("  <features>\n    <acpi/>\n  </features>\n")
 	b.WriteString("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>destroy</on_reboot>\n  <on_crash>destroy</on_crash>\n")
 	b.WriteString("  <devices>\n    <emulator>/usr/bin/qemu-system-x86_64</emulator>\n")
 	for _, dk := range disks {
