@@ -18,7 +18,10 @@
 # by a journal flush, so they count as durable and the disk lies several
 # units from every centre; a demo run of 2026-11-29 showed it "web
 # (unsure)" at 0.00), without a verdict then; never another class, no
-# alert; and a report of the live demo rendered.
+# alert; the guest latency table giving demo-web's guest p99 with the
+# layer holding its time and, for demo-mail (libvirt 9.0 keeps no guest
+# histograms), the reason it has none; and a report of the live demo
+# rendered.
 # While the demo ran, its tables must have shown a class still settling
 # (held for less than the settle, 6 minutes) as such, "web (settling)", and
 # never with a verdict; no row, at any time, may show a verdict
@@ -122,7 +125,7 @@ prom=$(sed -n 's/^PROMETHEUS_URL=//p' "$stackdir/stack.env")
 # demo-web is classed web and demo-mail mail.
 echo "demo-smoke: walking the dashboards' queries against $prom (waiting up to $walk_wait for the rules)"
 walk_rc=0
-(cd tests/k6 && "$work/walk.test" -test.run '^(TestQueryWalk|TestConfigCounterReason|TestEmptyReasonUnpairedClass)$' -test.v -test.count=1 -test.timeout=25m \
+(cd tests/k6 && "$work/walk.test" -test.run '^(TestQueryWalk|TestConfigCounterReason|TestEmptyReasonUnpairedClass|TestEmptyReasonGuestHistogram)$' -test.v -test.count=1 -test.timeout=25m \
 	-prometheus "$prom" -wait "$walk_wait" -var domain=demo-mail -classes demo-web=web,demo-mail=mail) | sed -u 's/^/walk | /' || walk_rc=$?
 
 # The rows of the demo's table of conclusions that must show (the unit
@@ -135,9 +138,18 @@ alert_re='^demo: alert FspairPoorPairing firing on demo-mail/vda, active since [
 web_re='^demo-web/vda +(web +[0-9.]+ +xfs/ext4 raw +best, published +[0-9.]+|web \(unsure\) +[0-9.]+ +xfs/ext4 raw +- +([0-9.]+|-)) +-$'
 note='  * demo-mail/vda, btrfs/ext4 for mail: published best, site worst; the rules act on the site verdict.'
 last_row() { grep -E "^$1 " "$log" | tail -n 1; }
+# The guest latency table's rows (indented, as the rates table's, which
+# guest_row_re tells apart): demo-web's guest p99 of some operation with
+# the layer holding most of its time, demo-mail's reason for having no
+# guest histogram (tests/demo guestlatency_test.go checks the same patterns).
+guest_row_re='^  demo-(web|mail)/vda +([0-9.]+ ms|too few requests|no guest)'
+guest_web_re='^  demo-web/vda .*[0-9.]+ ms, (vmm|host_fs|device) [0-9]+%'
+guest_mail_re='^  demo-mail/vda +no guest histogram: libvirt_too_old \(libvirt before 12\.1 has none\)$'
+last_guest_row() { sed '/^demo: what this run showed/,$d' "$log" | grep -E "$guest_row_re" | grep -F "  $1 " | tail -n 1; }
 shown() {
 	last_row demo-mail/vda | grep -qE "$mail_re" && last_row demo-web/vda | grep -qE "$web_re" && grep -qE "$alert_re" "$log" &&
-		grep -qxF -- "$note" "$log" && grep -q '^demo: report: the live fleet' "$log"
+		grep -qxF -- "$note" "$log" && grep -q '^demo: report: the live fleet' "$log" &&
+		last_guest_row demo-web/vda | grep -qE "$guest_web_re" && last_guest_row demo-mail/vda | grep -qE "$guest_mail_re"
 }
 if [ "$walk_rc" = 0 ]; then
 	echo "demo-smoke: waiting up to $settle_wait for the demo's conclusions (mail on a worst pair with FspairPoorPairing firing, web on a best pair) and its report"
@@ -162,9 +174,10 @@ for what in '  prometheus    http://' '  alerts        http://' 'stack: fspair-e
 	grep -qF -- "$what" "$log" || { echo "demo-smoke: the demo did not print '$what'"; exit 1; }
 done
 for disk in demo-web/vda demo-mail/vda; do
-	# (the rates table's rows are indented; so are the run's summary's,
-	# which come after the last table)
-	row=$(sed '/^demo: what this run showed/,$d' "$log" | grep "^  $disk " | tail -n 1) || { echo "demo-smoke: no rates row for $disk"; exit 1; }
+	# (the rates table's rows are indented; so are the guest latency
+	# table's, left out, and the run's summary's, which come after the last
+	# table)
+	row=$(sed '/^demo: what this run showed/,$d' "$log" | grep "^  $disk " | grep -vE "$guest_row_re" | tail -n 1) || { echo "demo-smoke: no rates row for $disk"; exit 1; }
 	# READ/s and WRITE/s columns must be numbers above zero.
 	echo "$row" | awk -v d="$disk" '{ if ($2+0 <= 0 || $3+0 <= 0) { print "demo-smoke: " d " shows no I/O: " $0; exit 1 } }'
 done
@@ -174,6 +187,10 @@ grep -qE "$mail_re" <<<"$mail_row" || { echo "demo-smoke: demo-mail/vda's last r
 grep -qxF -- "$note" "$log" || { echo "demo-smoke: the demo did not print, under its table, the note: $note"; exit 1; }
 grep -qE "$alert_re" "$log" || { echo "demo-smoke: the demo did not print FspairPoorPairing firing on demo-mail/vda with its runbook"; exit 1; }
 grep -qE "$web_re" <<<"$web_row" || { echo "demo-smoke: demo-web/vda's last row is not web on xfs/ext4, best (published) or unsure without a verdict, without alerts: $web_row"; exit 1; }
+guest_web=$(last_guest_row demo-web/vda) || { echo "demo-smoke: no guest latency row for demo-web/vda"; exit 1; }
+grep -qE "$guest_web_re" <<<"$guest_web" || { echo "demo-smoke: demo-web/vda's last guest latency row has no guest p99 with the layer holding its time: $guest_web"; exit 1; }
+guest_mail=$(last_guest_row demo-mail/vda) || { echo "demo-smoke: no guest latency row for demo-mail/vda"; exit 1; }
+grep -qE "$guest_mail_re" <<<"$guest_mail" || { echo "demo-smoke: demo-mail/vda's last guest latency row does not say why it has no guest histogram (libvirt_too_old): $guest_mail"; exit 1; }
 
 # A class still settling shows as such, without a verdict; no row shows
 # a verdict on a class other than the VM's; and in the first 3 minutes no

@@ -61,6 +61,7 @@ DISK_ALERTS = (
     ("FspairHostFSLatencyOverheadHigh", "image-file latency far above device latency, against the best pair"),
     ("FspairMailFlushLatencyHigh", "slow flushes on a mail-like disk"),
     ("FspairHostFSContention", "too many active VM disks on the host device"),
+    ("FspairGuestLatencyHigh", "the guest's p99 of an operation above its limit, naming the layer that holds its time"),
 )
 
 VERDICT_MAPPINGS = {v: (v, c) for v, c in VERDICT_COLORS.items()}
@@ -125,6 +126,112 @@ def _variables() -> list[VariableBuilder]:
             "The libvirt exporter that reports this VM.",
         ),
     ]
+
+
+# What the guest's requests took and which layer below holds that time
+# (group fspair.guest, rules/README.md): percentiles per layer from the
+# histograms, and each layer's share of the guest's mean.
+GUEST_QUANTILE = "domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m"
+GUEST_SHARE = "domain_disk:fspair_disk_guest_path_latency:ratio5m"
+GUEST_OPS = ("read", "write", "flush")
+
+# What a panel of the guest's series says of a disk without a guest histogram.
+NO_GUEST_HISTOGRAM = (
+    "A disk without a guest histogram has no guest series here; 'Guest latency histogram' (fspair_disk_guest_info's "
+    "histogram label) says why, e.g. libvirt_too_old: libvirt before 12.1 keeps none."
+)
+
+
+def _what_the_vm_feels(inputs: Inputs) -> list[PanelBuilder]:
+    """The first row: the guest's latency, its percentiles beside the image file's and the device's, and which
+    layer holds the guest's time, one column per operation."""
+    floor = inputs.thresholds.min_stage_requests_per_second
+    limits = {
+        "read": inputs.thresholds.guest_read_write_p99_seconds,
+        "write": inputs.thresholds.guest_read_write_p99_seconds,
+        "flush": inputs.thresholds.guest_flush_p99_seconds,
+    }
+    status = stat_panel(
+        "Guest latency histogram",
+        "Whether the guest's latency histograms (fspair_disk_guest_request_duration_seconds) are there for this disk: "
+        "fspair_disk_guest_info's histogram label, ok or why not: not_set (none yet: over QMP fspair has just set them; "
+        "from libvirt, the domain's XML asks for none), refused (QEMU refused block-latency-histogram-set: before 4.0, or a "
+        "drive without a guest device), other_bounds (set by someone else on other bounds: left alone), libvirt_too_old "
+        "(libvirt before 12.1 has none), none (no guest side). Without it the heatmaps beside are empty and the percentiles "
+        "below have the image file's and the device's only; the layer shares, from the guest's total time, stay.",
+        "none",
+        [Query(disk_raw("fspair_disk_guest_info"), "{{histogram}}")],
+        width=6,
+        height=8,
+        show_name=True,
+    )
+    heatmaps = [
+        heatmap_panel(
+            f"{op.capitalize()} latency: guest",
+            f"Distribution of what the guest's {op}s took as the guest sees it, from the virtio device receiving them to "
+            f'completing them (QEMU\'s latency histogram, fspair_disk_guest_request_duration_seconds{{op="{op}"}}), on the '
+            "image file's buckets (powers of 2 from 1 us; the classic series keep a bound every 4x). " + NO_GUEST_HISTOGRAM,
+            "s",
+            Query(buckets("fspair_disk_guest_request_duration_seconds", f'op="{op}"')),
+            width=6,
+        )
+        for op in GUEST_OPS
+    ]
+    layers = {
+        "read": "guest, image file and host device",
+        "write": "guest, image file and host device",
+        "flush": "guest and image file (no device layer: the host stages time reads and writes, and a flush's device "
+        "work is the writeback and cache flushes it causes, 'Flushes and their cost')",
+    }
+    quantiles = [
+        timeseries_panel(
+            f"{op.capitalize()} latency by layer: p99 and p50",
+            f"99th and 50th percentile of the {op}s' latency over 5m at each layer, {layers[op]} "
+            f"({GUEST_QUANTILE}{{layer, quantile}}; histogram_quantile of the layer's histogram), only where the layer had "
+            f"at least {floor:g} request/s (rules/classes.yaml efficiency.min_stage_requests_per_second). The layers count "
+            "different requests (QEMU merges guest requests and skips flushes with nothing to flush; the device serves the "
+            "image's host block requests, writeback included), so their percentiles do not add up: compare them side by "
+            "side. A percentile lies inside one bucket, interpolated: guest and image file on powers of 2 (native) or every "
+            "4x (classic), the device every 8x in its classic buckets, so a classic device p99 is known to within a factor "
+            f"of 8. FspairGuestLatencyHigh fires when the guest's p99 stays above {limits[op]:g} s (dashed line; "
+            "rules/classes.yaml alerts). " + NO_GUEST_HISTOGRAM,
+            "s",
+            [
+                Query(disk_rule(GUEST_QUANTILE, f'op="{op}"', 'quantile="0.99"'), "p99 {{layer}}"),
+                Query(disk_rule(GUEST_QUANTILE, f'op="{op}"', 'quantile="0.5"'), "p50 {{layer}}"),
+            ],
+            width=8,
+            limit=limits[op],
+        )
+        for op in GUEST_OPS
+    ]
+    below = {
+        "read": "device (the host I/O scheduler and the device: at most the image file's time; 0 where the image had too "
+        "few host block reads for a mean, as when the host page cache serves them)",
+        "write": "device (the host I/O scheduler and the device, at most the image file's time). With the host page cache "
+        "(cache=writeback, unsafe) a write completes before its writeback, so the device's time is then not inside the "
+        "guest's wait and its share here is bounded by the image file's, not measured",
+        "flush": "no device layer: a flush's device time (the writeback and cache flushes it causes, 'Flushes and their "
+        "cost') is inside host_fs",
+    }
+    shares = [
+        timeseries_panel(
+            f"Where the guest's {op} time goes",
+            f"Share of the guest's mean {op} time each layer holds over 5m ({GUEST_SHARE}{{layer}}), stacked to 1: vmm "
+            "(guest minus image file: QEMU's queueing, the virtio ring, the host scheduler's delay of its threads), "
+            f"host_fs (the image file's time above the device's: the host file system, its journal and locks), {below[op]}. "
+            "A negative difference (noise between the sources) counts 0. Means, not tails: a p99 can sit in a layer whose "
+            "mean share is small (the percentiles above). From the guest's total time, so a disk without a guest histogram "
+            "has it too; a disk without a guest side (fspair_disk_guest_info) or without image-file requests has none.",
+            "percentunit",
+            [Query(disk_rule(GUEST_SHARE, f'op="{op}"'), "{{layer}}")],
+            width=8,
+            stacked=True,
+            max_val=1,
+        )
+        for op in GUEST_OPS
+    ]
+    return [status, *heatmaps, *quantiles, *shares]
 
 
 def _identity() -> list[PanelBuilder]:
@@ -1035,6 +1142,7 @@ def build(inputs: Inputs) -> dash.Dashboard:
     for v in _variables():
         d = d.with_variable(v)
     sections = [
+        ("What the VM feels and where it goes", _what_the_vm_feels(inputs)),
         ("Disk and verdict", _identity() + _knowledge_base()),
         ("The guest path: from the guest to the device", _guest_path()),
         ("Workload", _workload()),

@@ -222,6 +222,74 @@ def _guest_path() -> list[PanelBuilder]:
     ]
 
 
+# The guest's latency across the fleet (group fspair.guest, rules/README.md):
+# the disks with the highest guest p99, and the layer holding most of each
+# one's time.
+GUEST_QUANTILE_NAME = "domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m"
+TOP_GUEST_P99 = "fleet:fspair_disk_guest_path_latency_seconds:top20_p99_5m"
+TOP_LAYER = "domain_disk:fspair_disk_guest_path_top_layer:info"
+TOP_LAYER_COUNT = "layer_op:fspair_disks_guest_path_top_layer:count5m"
+
+
+def _guest_latency(inputs: Inputs) -> list[PanelBuilder]:
+    t = inputs.thresholds
+    # The top 20 of each host's (tests/fleet: one Prometheus a host) are the
+    # fleet's top 20 here.
+    top = f"topk(20, {rule(TOP_GUEST_P99)})"
+    # The share of the layer to blame, for the same disks and operations:
+    # named top_layer and without layer and quantile, so that both queries
+    # keep the same labels and the table merges them into one row.
+    share = (
+        f"max without (layer) (\n"
+        f'    label_replace({rule(TOP_LAYER)}, "top_layer", "$1", "layer", "(.+)")\n'
+        f"  and on ({FLEET_DISK_LABELS}, op)\n"
+        f"    {top}\n)"
+    )
+    return [
+        table_panel(
+            "Disks by guest p99, and the layer to blame",
+            "The disk/operation pairs with the highest 99th percentile of what the guest's requests took over 5m "
+            f'({TOP_GUEST_P99}: the top 20 of {GUEST_QUANTILE_NAME}{{layer="guest", quantile="0.99"}}), with the layer '
+            f"that holds most of the guest's mean time for that operation and its share ({TOP_LAYER}): vmm (QEMU's "
+            "queueing, the virtio ring, the host scheduler), host_fs (the host file system above the device) or device "
+            "(the host I/O scheduler and the device; with the host page cache a write completes before its writeback, so "
+            "its share is then bounded, not measured). The layer is from means: a tail can sit elsewhere, the VM disk "
+            "dashboard's first row has the percentiles by layer. Only disks with a guest histogram "
+            "(fspair_disk_guest_info{histogram=\"ok\"}) and at least efficiency.min_stage_requests_per_second guest "
+            "requests a second are ranked. FspairGuestLatencyHigh fires on a p99 that stays above "
+            f"{t.guest_read_write_p99_seconds:g} s for reads and writes, {t.guest_flush_p99_seconds:g} s for flushes "
+            "(rules/classes.yaml alerts). Click a row for the disk's dashboard.",
+            "s",
+            [Query(f"max without (layer, quantile) ({top})"), Query(share)],
+            [
+                *HOST_COLUMNS,
+                Column("domain", "VM"),
+                Column("target_device", "Disk"),
+                Column("op", "Operation"),
+                Column("Value #A", "Guest p99", "s"),
+                Column("top_layer", "Layer to blame"),
+                Column("Value #B", "Its share of the guest's time", "percentunit"),
+            ],
+            width=16,
+            links=Links(
+                {
+                    "VM disk dashboard": disk_link_from_table(),
+                    "Runbook: FspairGuestLatencyHigh": RUNBOOK_BASE + "FspairGuestLatencyHigh.md",
+                }
+            ),
+            sort_by="Guest p99",
+        ),
+        bar_panel(
+            "Disks by the layer holding the guest's time",
+            "How many disks each layer holds most of the guest's mean time for, per operation "
+            f"({TOP_LAYER_COUNT}, summed over the hosts): vmm, host_fs or device.",
+            "short",
+            [Query(f"sum by (layer, op) ({TOP_LAYER_COUNT})", "{{layer}} ({{op}}s)")],
+            width=8,
+        ),
+    ]
+
+
 def _worst_pairs() -> list[PanelBuilder]:
     expr = (
         f"{rule('domain_disk:fspair_workload_class:confidence')}\n"
@@ -494,6 +562,9 @@ def build(inputs: Inputs) -> dash.Dashboard:
         d = d.with_panel(p)
     d = d.with_row(row("Write amplification and host-FS overhead"))
     for p in _efficiency(inputs):
+        d = d.with_panel(p)
+    d = d.with_row(row("The guest's latency: the slowest disks and the layer to blame"))
+    for p in _guest_latency(inputs):
         d = d.with_panel(p)
     d = d.with_row(row("The guest path by pair, aio and cache mode"))
     for p in _guest_path():

@@ -18,13 +18,16 @@ import yaml
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The alert limits the panels draw (rules/classes.yaml, alerts and activity)."""
+    """The alert limits the panels draw and the floors they quote (rules/classes.yaml: alerts, activity, efficiency)."""
 
     write_amplification_vs_best: float
     latency_overhead_vs_best: float
     mail_flush_latency_seconds: float
     contention_active_disks: float
     active_iops: float
+    min_stage_requests_per_second: float
+    guest_read_write_p99_seconds: float
+    guest_flush_p99_seconds: float
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ def _thresholds(doc: dict[str, Any]) -> Thresholds:
         mail_flush_latency_seconds=_value(doc, "alerts", "mail_flush_latency_seconds"),
         contention_active_disks=_value(doc, "alerts", "contention_active_disks"),
         active_iops=_value(doc, "activity", "active_iops"),
+        min_stage_requests_per_second=_value(doc, "efficiency", "min_stage_requests_per_second"),
+        guest_read_write_p99_seconds=_value(doc, "alerts", "guest_read_write_p99_seconds"),
+        guest_flush_p99_seconds=_value(doc, "alerts", "guest_flush_p99_seconds"),
     )
 
 

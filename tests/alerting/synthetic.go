@@ -278,12 +278,18 @@ func (e *exposition) add(name, typ string, labels [][2]string, v float64) {
 
 // histogram adds a histogram whose count observations all equal mean.
 func (e *exposition) histogram(name string, labels [][2]string, bounds []float64, count, mean float64) {
-	e.histogramFunc(name, labels, bounds, func(b float64) float64 {
-		if mean <= b {
+	e.histogramFunc(name, labels, bounds, allAt(count, mean), count, count*mean)
+}
+
+// allAt is the cumulative count of a histogram whose count observations
+// all equal v: none below v's bucket, all from it.
+func allAt(count, v float64) func(float64) float64 {
+	return func(b float64) float64 {
+		if v <= b {
 			return count
 		}
 		return 0
-	}, count, count*mean)
+	}
 }
 
 // histogramFunc adds a histogram with cum(b) observations at or below
@@ -506,7 +512,7 @@ func (t *SyntheticTarget) Exposition() []byte {
 		// (QEMU skipped those with nothing to flush); QEMU adds
 		// guestOverhead to each request.
 		const guestOverhead = 0.0001
-		e.add("fspair_disk_guest_info", "gauge", with(l, "source", "qmp", "status", "ok"), 1)
+		e.add("fspair_disk_guest_info", "gauge", with(l, "source", "qmp", "status", "ok", "histogram", "ok"), 1)
 		e.add("fspair_disk_guest_last_read_timestamp_seconds", "gauge", l, float64(t.now().Unix()))
 		for _, g := range []struct {
 			op                       string
@@ -521,6 +527,18 @@ func (t *SyntheticTarget) Exposition() []byte {
 			e.add("fspair_disk_guest_requests_total", "counter", gl, math.Floor(g.n))
 			e.add("fspair_disk_guest_request_errors_total", "counter", gl, 0)
 			e.add("fspair_disk_guest_request_duration_seconds_total", "counter", gl, g.timeNs)
+			if g.op != "discard" {
+				// QEMU's latency histogram of the operation, on the image
+				// file's bounds (the exporter's guestLatencyFamily): its
+				// count is the guest's requests (none failed), its sum
+				// the guest's total time, every request at their mean.
+				n := math.Floor(g.n)
+				mean := 0.0
+				if g.n > 0 {
+					mean = g.timeNs / g.n
+				}
+				e.histogramFunc("fspair_disk_guest_request_duration_seconds", gl, latencyBounds, allAt(n, mean), n, g.timeNs)
+			}
 			if g.op != "flush" {
 				e.add("fspair_disk_guest_bytes_total", "counter", gl, math.Floor(g.bytes))
 				e.add("fspair_disk_guest_merged_requests_total", "counter", gl, math.Floor(g.merged))

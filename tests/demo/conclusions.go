@@ -75,6 +75,7 @@ type diskState struct {
 	kdbRates        bool    // the knowledge base has a verdict on the pair for the class
 	writeAmp        float64 // host device bytes per guest byte written, 5m; NaN: none
 	alerts          []alertState
+	guest           guestLatency // the guest's p99 and the layer holding its time (guestlatency.go)
 
 	// Where the published studies and the site both rated the pair for
 	// the class, the verdict of the one not in force (the series'
@@ -602,6 +603,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 			disk: k, domain: m["domain"], target: m["target_device"],
 			guestFS: m["guest_fs"], hostFS: m["host_fs"], format: m["format"],
 			confidence: math.NaN(), writeAmp: math.NaN(), settled: math.NaN(),
+			guest: guestLatency{p99: map[string]float64{}, top: map[string]layerShare{}},
 		}
 	}
 	// The class each verdict is on: the pairing group evaluates after the
@@ -620,10 +622,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		}
 		return nil
 	}
-	steps := []struct {
-		q string
-		f func(d *diskState, s sample)
-	}{
+	steps := []seriesStep{
 		{seriesClass, func(d *diskState, s sample) { d.class = s.Metric["class"] }},
 		{seriesConfidence, func(d *diskState, s sample) { d.confidence = s.value() }},
 		{seriesSettled, func(d *diskState, s sample) {
@@ -643,7 +642,7 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 		}},
 		{seriesWriteAmp, func(d *diskState, s sample) { d.writeAmp = s.value() }},
 	}
-	for _, st := range steps {
+	for _, st := range append(steps, guestSteps...) {
 		if err := each(st.q, st.f); err != nil {
 			return nil, nil, err
 		}
@@ -688,6 +687,13 @@ func conclusions(ctx context.Context, promURL, repo string) ([]diskState, []aler
 	}
 	sort.Slice(disks, func(i, j int) bool { return disks[i].disk < disks[j].disk })
 	return disks, alerts, nil
+}
+
+// seriesStep is one series the conclusions read, and what a sample of it
+// sets on its disk.
+type seriesStep struct {
+	q string
+	f func(d *diskState, s sample)
 }
 
 func diskKey(m map[string]string) string { return m["domain"] + "/" + m["target_device"] }

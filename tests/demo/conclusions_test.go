@@ -530,7 +530,8 @@ func TestSeriesAreRecorded(t *testing.T) {
 		}
 		rules += string(b)
 	}
-	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesPair, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict} {
+	for _, s := range []string{seriesClass, seriesConfidence, seriesSettled, seriesPair, seriesVerdict, seriesWriteAmp, seriesAdvice, seriesKdbVerdict,
+		seriesGuestQuantile, seriesTopLayer} {
 		if !strings.Contains(rules, "- record: "+s+"\n") {
 			t.Errorf("%s is recorded by no rule of rules/", s)
 		}
@@ -585,6 +586,13 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 			{Metric: map[string]string{"workload": "mail", "guest_fs": "ext4", "host_fs": "btrfs", "verdict": "best", "source": "djordjevic2022"}},
 			{Metric: map[string]string{"workload": "web", "guest_fs": "xfs", "host_fs": "ext4", "verdict": "best", "source": "djordjevic2022"}},
 		},
+		// demo-web's guest side has histograms, demo-mail's not (libvirt 9.0).
+		seriesGuestInfo: {{Metric: disk("demo-web", "source", "qmp", "status", "ok", "histogram", "ok")},
+			{Metric: disk("demo-mail", "source", "libvirt", "status", "ok", "histogram", "libvirt_too_old")}},
+		seriesGuestP99: {{Metric: disk("demo-web", "op", "read", "layer", "guest", "quantile", "0.99"), Value: []any{1.0, "0.0123"}},
+			{Metric: disk("demo-web", "op", "flush", "layer", "guest", "quantile", "0.99"), Value: []any{1.0, "0.04"}}},
+		seriesTopLayer: {{Metric: disk("demo-web", "op", "read", "layer", "host_fs"), Value: []any{1.0, "0.55"}},
+			{Metric: disk("demo-mail", "op", "write", "layer", "device"), Value: []any{1.0, "0.7"}}},
 		// A disk the rules know of that fspair_disk_info no longer lists is left out.
 		"": {{Metric: disk("gone", "class", "web")}},
 	}
@@ -644,6 +652,16 @@ func TestConclusionsFromPrometheus(t *testing.T) {
 	}
 	if web.disk != "demo-web/vda" || web.verdictText() != "best, published" || !math.IsNaN(web.writeAmp) || len(web.alerts) != 0 || web.advice != "" {
 		t.Errorf("web disk: %+v", web)
+	}
+	if web.guest.histogram != "ok" || web.guest.cell("read") != "12.30 ms, host_fs 55%" || web.guest.cell("write") != "too few requests" ||
+		web.guest.cell("flush") != "40.00 ms" {
+		t.Errorf("web disk's guest latency: %+v", web.guest)
+	}
+	if mail.guest.whyNone() != "no guest histogram: libvirt_too_old (libvirt before 12.1 has none)" || mail.guest.top["write"].layer != "device" {
+		t.Errorf("mail disk's guest latency: %+v", mail.guest)
+	}
+	if early.guest.whyNone() != "no guest side (no fspair_disk_guest_info)" {
+		t.Errorf("a disk without fspair_disk_guest_info: %+v", early.guest)
 	}
 	if alerts[0].name != "FspairPoorPairing" || alerts[1].name != "FspairExporterDown" || alerts[1].disk != "" || alerts[1].runbook != "no runbook_url" {
 		t.Errorf("alerts: %+v", alerts)

@@ -608,6 +608,8 @@ func summary(ctx context.Context, promURL string) ([]diskState, error) {
 	fmt.Printf("demo: %s what fspair concludes per VM disk (Prometheus' rules: class over 5m, knowledge base verdict)\n",
 		time.Now().Format("15:04:05"))
 	printLines(conclusionsTable(disks, lineWidth))
+	fmt.Println("  the guest's p99 over 5m by operation, and the layer holding most of its time (vmm, host_fs, device):")
+	printLines(guestLatencyTable(disks, lineWidth))
 	fmt.Println("  request rates over the last minute:")
 	printLines(ratesTable(disks, heads, rates, lineWidth))
 	printLines(alertLines(alerts, lineWidth))

@@ -59,7 +59,11 @@ type walkFacts struct {
 	// domainInfo is each domain's disks' fspair_disk_info labels: label
 	// name -> the values its disks have, joined by commas.
 	domainInfo map[string]map[string]string
-	selections []string // per dashboard: its variables' values
+	// domainGuestHistogram is each domain's disks' fspair_disk_guest_info
+	// histogram labels (ok, or why a disk has no guest histogram), joined
+	// by commas.
+	domainGuestHistogram map[string]string
+	selections           []string // per dashboard: its variables' values
 }
 
 func (f walkFacts) classList() string {
@@ -84,6 +88,9 @@ type emptyReason struct {
 var (
 	fleetSeries = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
 	domainMatch = regexp.MustCompile(`\bdomain="([^"]*)"`)
+	// The guest latency histogram's series, not the counter of its total
+	// time (fspair_disk_guest_request_duration_seconds_total).
+	guestHistogram = regexp.MustCompile(`\bfspair_disk_guest_request_duration_seconds(_bucket|_sum|_count)?([^_a-zA-Z0-9]|$)`)
 )
 
 // configCounters are the families the exporter writes only on disks whose
@@ -156,6 +163,26 @@ var expectedEmpty = []emptyReason{
 				return fmt.Sprintf("%s has %s=%s: no %s", m[1], c.label, have, c.family)
 			}
 			return ""
+		},
+	},
+	{
+		summary: "the guest's latency histograms (VM disk dashboard: the heatmaps of the first row) for a domain none " +
+			"of whose disks has them (fspair_disk_guest_info's histogram label not ok): the demo's mail VM runs through " +
+			"Debian 12's libvirt 9.0, which keeps none (histogram=\"libvirt_too_old\"), and the walk opens the VM disk " +
+			"dashboard on it (-var domain=demo-mail)",
+		why: func(q Query, f walkFacts) string {
+			m := domainMatch.FindStringSubmatch(q.Expr)
+			if m == nil || !guestHistogram.MatchString(q.Template) {
+				return ""
+			}
+			have := f.domainGuestHistogram[m[1]]
+			if slices.Contains(strings.Split(have, ","), "ok") {
+				return "" // some disk of the domain has them
+			}
+			if have == "" {
+				return fmt.Sprintf("%s has no fspair_disk_guest_info: no guest side", m[1])
+			}
+			return fmt.Sprintf("%s has histogram=%s: no guest latency histogram", m[1], have)
 		},
 	},
 	{
@@ -344,7 +371,8 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 	w := Window{End: time.Now(), Range: *walkRange, Scrape: *walkScrape}
 	// The classes the disks have now: a copy for a class one disk had a
 	// while ago may miss the fleet group's evaluations of it.
-	facts = walkFacts{liveClasses: map[string]bool{}, pairedClasses: map[string]bool{}, domainClass: map[string]string{}, domainInfo: map[string]map[string]string{}}
+	facts = walkFacts{liveClasses: map[string]bool{}, pairedClasses: map[string]bool{}, domainClass: map[string]string{},
+		domainInfo: map[string]map[string]string{}, domainGuestHistogram: map[string]string{}}
 	paired, err := instantQuery(ctx, *walkProm, `group by (class) (domain_disk:fspair_class_pair:info)`, w.End)
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +413,17 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 			}
 			facts.domainInfo[d][c.label] += s.Metric[c.label]
 		}
+	}
+	guest, err := instantQuery(ctx, *walkProm, `group by (domain, histogram) (fspair_disk_guest_info)`, w.End)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range guest.Data.Result {
+		d := s.Metric["domain"]
+		if facts.domainGuestHistogram[d] != "" {
+			facts.domainGuestHistogram[d] += ","
+		}
+		facts.domainGuestHistogram[d] += s.Metric["histogram"]
 	}
 	for _, d := range ds {
 		o, err := Open(ctx, *walkProm, d, w, walkVars)
@@ -543,6 +582,34 @@ func TestConfigCounterReason(t *testing.T) {
 		q := Query{Expr: c.expr, Template: c.expr}
 		if got := reason.why(q, f) != ""; got != c.empty {
 			t.Errorf("%s: allowed empty %v, want %v", c.expr, got, c.empty)
+		}
+	}
+}
+
+// TestEmptyReasonGuestHistogram: the guest latency histogram is allowed
+// empty only for a domain none of whose disks has one; the guest's total
+// time and the rules are not.
+func TestEmptyReasonGuestHistogram(t *testing.T) {
+	reason := expectedReason(t, "the guest's latency histograms")
+	f := walkFacts{domainGuestHistogram: map[string]string{"old": "libvirt_too_old", "mixed": "libvirt_too_old,ok", "qmp": "ok"}}
+	heatmap := `sum(rate(fspair_disk_guest_request_duration_seconds{domain="%s", op="read"}[1m])) or on () ` +
+		`sum by (le) (rate(fspair_disk_guest_request_duration_seconds_bucket{domain="%s", op="read"}[1m]))`
+	for _, c := range []struct {
+		expr  string
+		empty bool
+	}{
+		{fmt.Sprintf(heatmap, "old", "old"), true},
+		{fmt.Sprintf(heatmap, "absent", "absent"), true},
+		{fmt.Sprintf(heatmap, "mixed", "mixed"), false},
+		{fmt.Sprintf(heatmap, "qmp", "qmp"), false},
+		{`histogram_count(rate(fspair_disk_guest_request_duration_seconds{domain="old"}[1m]))`, true},
+		{`rate(fspair_disk_guest_request_duration_seconds_total{domain="old"}[1m])`, false},
+		{`domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m{domain="old", layer="guest"}`, false},
+		{`sum(rate(fspair_disk_requests_total{domain="old"}[1m]))`, false},
+	} {
+		q := Query{Expr: c.expr, Template: c.expr}
+		if got := reason.why(q, f) != ""; got != c.empty {
+			t.Errorf("%s: allowed empty %v, want %v (%q)", c.expr, got, c.empty, reason.why(q, f))
 		}
 	}
 }
