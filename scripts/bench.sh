@@ -43,6 +43,11 @@
 #     flushes, no discards, and the latency histograms the exporter sets;
 #     the exporter reads them every --guest.interval, 5 s, through the
 #     scrapes, and the row waits until every disk has its histograms).
+#     SCRAPE_GUEST_INTERVAL sets another --guest.interval for the qmp rows
+#     (e.g. 1h: the poll's first round only, before the timed scrapes);
+#     bench/fakeqmp then starts with the histograms already set, as a
+#     QEMU keeps them from an exporter before, so that the first round has
+#     them.
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -106,6 +111,7 @@ LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 5
 SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
 SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
+SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
 INGEST_WINDOW=${INGEST_WINDOW:-5m}      # measured
@@ -484,7 +490,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 	if [[ " $SCRAPE_GUEST " == *" qmp "* ]]; then
 		with_qmp "$n" "$cfg" "$work/n$n-qmp.yml"
 		mkdir -p "$work/qmp"
-		"$work/fakeqmp" -dir "$work/qmp" -n "$n" > "$work/fakeqmp.out" &
+		"$work/fakeqmp" -dir "$work/qmp" -n "$n" $([ -n "$SCRAPE_GUEST_INTERVAL" ] && echo -histograms) > "$work/fakeqmp.out" &
 		fakeqmp=$!
 		pids+=("$fakeqmp")
 		for _ in $(seq 600); do grep -q ready "$work/fakeqmp.out" && break; sleep 0.1; done
@@ -494,9 +500,10 @@ want scrape && for n in $SCRAPE_DISKS; do
 		for guest in $SCRAPE_GUEST; do
 			accept=()
 			[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
-			c=$cfg
+			c=$cfg gflags=()
 			[ "$guest" = qmp ] && c="$work/n$n-qmp.yml"
-			exporter_on_disks "$format guest=$guest" "$n" "$c" "${scrape_flags[@]}" $([ "$format" = proto ] && echo --histograms=native)
+			[ "$guest" = qmp ] && [ -n "$SCRAPE_GUEST_INTERVAL" ] && gflags=(--guest.interval="$SCRAPE_GUEST_INTERVAL")
+			exporter_on_disks "$format guest=$guest" "$n" "$c" "${scrape_flags[@]}" "${gflags[@]}" $([ "$format" = proto ] && echo --histograms=native)
 			[ "$guest" = qmp ] && guest_ready "$n"
 			load=$(cut -d' ' -f1-3 /proc/loadavg)
 			at=$(date -u +%H:%M:%SZ)
@@ -518,6 +525,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 				/^fspair_guest_polls_total\{source="qmp"\}/ { p = $2 }
 				/^fspair_guest_poll_errors_total\{source="qmp"\}/ { e = $2 }
 				END { if (r != "") printf "  guest round %.2f s, qmp polls %d, errors %d", r, p, e }')
+			[ ${#gflags[@]} -gt 0 ] && poll+="  ${gflags[*]}"
 			# Series per disk: the growth over the previous row of the format,
 			# so that the exporter's own series (a few hundred) do not count.
 			key="$format/$guest"

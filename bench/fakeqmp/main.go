@@ -9,6 +9,9 @@
 // counters growing with each read; once the exporter sets the read, write
 // and flush latency histograms (block-latency-histogram-set), the replies
 // carry them on the bounds it asked for, with observations in a few bins.
+// With -histograms they are there from the start, on fspair's bounds, as
+// in a QEMU whose histograms an exporter before this one set: the
+// exporter's first read has them.
 // It serves until it is killed, and writes "ready" to stdout once every
 // socket listens.
 package main
@@ -25,6 +28,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/fspair/fspair/exporter/guest"
 )
 
 func main() { os.Exit(run()) }
@@ -32,6 +37,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	dir := flag.String("dir", "", "directory for the sockets vm1.qmp .. vmN.qmp")
 	n := flag.Int("n", 0, "number of VMs, one disk each")
+	preset := flag.Bool("histograms", false, "start with the latency histograms set on fspair's bounds")
 	flag.Parse()
 	if *dir == "" || *n <= 0 {
 		fmt.Fprintln(os.Stderr, "fakeqmp: -dir and -n are required")
@@ -53,6 +59,11 @@ func run() int {
 			return 1
 		}
 		vm := &vm{seed: uint64(i)}
+		if *preset {
+			for op := range vm.bounds {
+				vm.bounds[op] = guest.LatencyBoundsNs[:]
+			}
+		}
 		go vm.serve(l)
 	}
 	fmt.Println("ready")
