@@ -36,7 +36,18 @@
 #     stores them (bench/series). The exporter runs in the syscall probe
 #     mode there, so that every histogram has data (the worst case), with
 #     --memory-limit=SCRAPE_MEMORY_LIMIT (default auto: no limit where the
-#     bench's cgroup has none).
+#     bench's cgroup has none). SCRAPE_GUEST lists the guest sides to
+#     measure, in its order for each format: none (the default: no source,
+#     fspair_disk_guest_info alone) and qmp (every disk's VM has a QMP
+#     monitor, served by bench/fakeqmp: a typical guest's reads, writes and
+#     flushes, no discards, and the latency histograms the exporter sets;
+#     the exporter reads them every --guest.interval, 5 s, through the
+#     scrapes, and the row waits until every disk has its histograms).
+#     SCRAPE_GUEST_INTERVAL sets another --guest.interval for the qmp rows
+#     (e.g. 1h: the poll's first round only, before the timed scrapes);
+#     bench/fakeqmp then starts with the histograms already set, as a
+#     QEMU keeps them from an exporter before, so that the first round has
+#     them.
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -99,6 +110,8 @@ PARTS=${PARTS:-iops,stats,scrape,ingest,libvirt,pathcost,kernel}
 LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 5
 SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
+SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
+SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
 INGEST_WINDOW=${INGEST_WINDOW:-5m}      # measured
@@ -392,6 +405,28 @@ with open(cfg, "w") as out:
         out.write(f"  - domain: vm{i}\n    uuid: 00000000-0000-0000-0000-{i:012d}\n    target_device: vda\n    source_file: {path}\n")
 PY
 }
+# with_qmp: the config of make_disks with a QMP monitor of bench/fakeqmp
+# for each domain.
+with_qmp() { # n config out
+	{
+		cat "$2"
+		echo "qmp_monitors:"
+		for i in $(seq "$1"); do printf '  - domain: vm%d\n    socket: %s/qmp/vm%d.qmp\n' "$i" "$work" "$i"; done
+	} > "$3"
+}
+# guest_ready: wait until every one of n disks has its guest side read with
+# its latency histograms (the exporter sets them in its first round, reads
+# them in the next).
+guest_ready() { # n
+	local got=0
+	for _ in $(seq 120); do
+		got=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -c '^fspair_disk_guest_info{.*histogram="ok"' || true)
+		[ "$got" = "$1" ] && return
+		sleep 1
+	done
+	log "guest side read with histograms on $got of $1 disks"
+	exit 1
+}
 # cpu_seconds: the user and system CPU time of a process so far (the
 # fields after the command name, which is in parentheses).
 cpu_seconds() { # pid
@@ -432,7 +467,14 @@ elif want scrape && [ "$SCRAPE_MEMORY_LIMIT" != auto ]; then
 	exit 1
 fi
 if want scrape; then
+	for g in $SCRAPE_GUEST; do
+		case $g in
+		none | qmp) ;;
+		*) log "SCRAPE_GUEST=$SCRAPE_GUEST: each of none, qmp"; exit 1 ;;
+		esac
+	done
 	go build -o "$work/series" ./bench/series
+	[[ " $SCRAPE_GUEST " == *" qmp "* ]] && go build -o "$work/fakeqmp" ./bench/fakeqmp
 	declare -A prev_n prev_s
 	formats="text"
 	if [[ $help == *--histograms* ]]; then
@@ -445,32 +487,58 @@ want scrape && for n in $SCRAPE_DISKS; do
 	log "scrape at $n disks: $n sparse 1 GiB image files"
 	cfg="$work/n$n.yml"
 	make_disks "$n" "$cfg"
+	if [[ " $SCRAPE_GUEST " == *" qmp "* ]]; then
+		with_qmp "$n" "$cfg" "$work/n$n-qmp.yml"
+		mkdir -p "$work/qmp"
+		"$work/fakeqmp" -dir "$work/qmp" -n "$n" $([ -n "$SCRAPE_GUEST_INTERVAL" ] && echo -histograms) > "$work/fakeqmp.out" &
+		fakeqmp=$!
+		pids+=("$fakeqmp")
+		for _ in $(seq 600); do grep -q ready "$work/fakeqmp.out" && break; sleep 0.1; done
+		grep -q ready "$work/fakeqmp.out" || { log "bench/fakeqmp did not start"; exit 1; }
+	fi
 	for format in $formats; do
-		accept=()
-		[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
-		exporter_on_disks "$format" "$n" "$cfg" "${scrape_flags[@]}" $([ "$format" = proto ] && echo --histograms=native)
-		times=() ztimes=()
-		c0=$(cpu_seconds "$exporter")
-		for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
-		c1=$(cpu_seconds "$exporter")
-		# As Prometheus asks: gzip if the exporter will (curl inflates it).
-		for _ in $(seq 20); do ztimes+=("$(curl -sf "${accept[@]}" --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
-		t=$(printf '%s\n' "${times[@]}" | median)
-		zt=$(printf '%s\n' "${ztimes[@]}" | median)
-		rss=$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")
-		hwm=$(awk '/VmHWM/ {print $2}' "/proc/$exporter/status")
-		bytes=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | wc -c)
-		series=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | "$work/series" -format="$format")
-		# Series per disk: the growth over the previous row of the format,
-		# so that the exporter's own series (a few hundred) do not count.
-		awk -v n="$n" -v f="$format" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" -v ml="$SCRAPE_MEMORY_LIMIT" -v cpu="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print (b - a) / 20}')" \
-			-v pn="${prev_n[$format]:-0}" -v ps="${prev_s[$format]:-0}" 'BEGIN {
-			per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
-			printf "scrape disks=%-5d %-5s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s  cpu %.1f ms a scrape\n",
-				n, f, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml, 1000*cpu }' | tee -a "$out"
-		prev_n[$format]=$n prev_s[$format]=$series
-		stop_exporter
+		for guest in $SCRAPE_GUEST; do
+			accept=()
+			[ "$format" = proto ] && accept=(-H "Accept: $proto_accept")
+			c=$cfg gflags=()
+			[ "$guest" = qmp ] && c="$work/n$n-qmp.yml"
+			[ "$guest" = qmp ] && [ -n "$SCRAPE_GUEST_INTERVAL" ] && gflags=(--guest.interval="$SCRAPE_GUEST_INTERVAL")
+			exporter_on_disks "$format guest=$guest" "$n" "$c" "${scrape_flags[@]}" "${gflags[@]}" $([ "$format" = proto ] && echo --histograms=native)
+			[ "$guest" = qmp ] && guest_ready "$n"
+			load=$(cut -d' ' -f1-3 /proc/loadavg)
+			at=$(date -u +%H:%M:%SZ)
+			times=() ztimes=()
+			c0=$(cpu_seconds "$exporter")
+			for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+			c1=$(cpu_seconds "$exporter")
+			# As Prometheus asks: gzip if the exporter will (curl inflates it).
+			for _ in $(seq 20); do ztimes+=("$(curl -sf "${accept[@]}" --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+			t=$(printf '%s\n' "${times[@]}" | median)
+			zt=$(printf '%s\n' "${ztimes[@]}" | median)
+			rss=$(awk '/VmRSS/ {print $2}' "/proc/$exporter/status")
+			hwm=$(awk '/VmHWM/ {print $2}' "/proc/$exporter/status")
+			bytes=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | wc -c)
+			series=$(curl -sf "${accept[@]}" "http://127.0.0.1:$PORT/metrics" | "$work/series" -format="$format")
+			# The guest poll's last round and its sessions so far.
+			poll=$(curl -sf "http://127.0.0.1:$PORT/metrics" | awk '
+				/^fspair_guest_round_duration_seconds / { r = $2 }
+				/^fspair_guest_polls_total\{source="qmp"\}/ { p = $2 }
+				/^fspair_guest_poll_errors_total\{source="qmp"\}/ { e = $2 }
+				END { if (r != "") printf "  guest round %.2f s, qmp polls %d, errors %d", r, p, e }')
+			[ ${#gflags[@]} -gt 0 ] && poll+="  ${gflags[*]}"
+			# Series per disk: the growth over the previous row of the format,
+			# so that the exporter's own series (a few hundred) do not count.
+			key="$format/$guest"
+			awk -v n="$n" -v f="$format" -v g="$guest" -v t="$t" -v zt="$zt" -v r="$rss" -v h="$hwm" -v s="$series" -v b="$bytes" -v ml="$SCRAPE_MEMORY_LIMIT" -v cpu="$(awk -v a="$c0" -v b="$c1" 'BEGIN {print (b - a) / 20}')" \
+				-v pn="${prev_n[$key]:-0}" -v ps="${prev_s[$key]:-0}" -v load="$load" -v at="$at" -v poll="$poll" 'BEGIN {
+				per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
+				printf "scrape disks=%-5d %-5s guest=%-4s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s  cpu %.1f ms a scrape  at %s load %s%s\n",
+					n, f, g, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml, 1000*cpu, at, load, poll }' | tee -a "$out"
+			prev_n[$key]=$n prev_s[$key]=$series
+			stop_exporter
+		done
 	done
+	[ -n "${fakeqmp:-}" ] && stop_child "$fakeqmp" fakeqmp && fakeqmp=
 	rm -f "$work"/d*.img
 done
 

@@ -374,11 +374,19 @@ type expect func(r *diskRow, j int) bool
 // setting let them, so their series start once the disk has done one
 // (completed or failed).
 func opSeen(r *diskRow, j int) bool {
-	switch opNames[j] {
+	return everyGuestDoes(opNames[j]) || r.c.Requests[j] != 0 || r.c.Errors[j] != 0
+}
+
+// everyGuestDoes says whether an operation is one every guest does (read,
+// write, flush), whose series every disk has from its start; the others'
+// start with the disk's first such request, on the image file (opSeen)
+// and on the guest side (guestOpSeen) alike.
+func everyGuestDoes(op string) bool {
+	switch op {
 	case "read", "write", "flush":
 		return true
 	}
-	return r.c.Requests[j] != 0 || r.c.Errors[j] != 0
+	return false
 }
 
 // opMovesBytes is opSeen but for flushes, which move no bytes: complete()
