@@ -725,7 +725,10 @@ static __always_inline void hist(u64 *slots, u64 *sum, u64 ns)
  * bytes are counted for every part, the request and its latency once, at
  * the part that ends it. Queue time runs from the request's allocation
  * (rq->start_time_ns, which the block layer keeps when I/O statistics are
- * on, the default) to its issue: plugging and the I/O scheduler.
+ * on, the default) to its issue: plugging and the I/O scheduler. From 6.9
+ * that allocation time is the plug's cached one: for a batch submitted
+ * under one plug, the first request's, so a later request's queue time
+ * also holds the submission of those before it in the batch.
  */
 SEC("tp_btf/block_rq_complete")
 int host_rq_complete(u64 *ctx)
@@ -780,20 +783,23 @@ int host_rq_complete(u64 *ctx)
 	inc(&dc->requests[kind][dir], 1);
 
 	/*
-	 * The issue time: the block layer's own (io_start_time_ns, kept when
-	 * the queue collects statistics), else host_rq_issue's, which user
-	 * space attaches only for devices whose queue does not.
+	 * The issue time: host_rq_issue's where it noted the request, else the
+	 * block layer's own (io_start_time_ns, kept while the queue collects
+	 * statistics). User space attaches host_rq_issue where the queue keeps
+	 * none, and on kernels that stamp requests with a plug's cached time
+	 * (blk_time_get_ns, 6.9 on), where every request of a batch submitted
+	 * under one plug (linux-aio, io_uring) carries the time the first of
+	 * them was allocated, before later ones were even asked for.
 	 */
-	issue = rq->io_start_time_ns;
-	if (!issue) {
-		i = rq_index(rq, dev);
-		slot = bpf_map_lookup_elem(&rq_issued, &i);
-		if (slot && slot->rq == (u64)rq && slot->issue_ns) {
-			issue = slot->issue_ns;
-			slot->rq = 0;
-		} else {
+	i = rq_index(rq, dev);
+	slot = bpf_map_lookup_elem(&rq_issued, &i);
+	if (slot && slot->rq == (u64)rq && slot->issue_ns) {
+		issue = slot->issue_ns;
+		slot->rq = 0;
+	} else {
+		issue = rq->io_start_time_ns;
+		if (!issue)
 			drop(DROP_REQUEST_UNTIMED);
-		}
 	}
 	if (issue) {
 		service = bpf_ktime_get_ns() - issue;

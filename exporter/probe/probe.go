@@ -360,11 +360,19 @@ func Load(opts Options) (*Probes, error) {
 				break
 			}
 			pr.Pending = true
-		case d.lazy, d.fs != "":
+		case d.lazy:
+			// No followed device needs it yet (host_rq_issue,
+			// TrackDevice): loaded now, while the exporter has the
+			// capabilities to, and linked when one does.
+			if pr.Err = pr.load(pr.Name, pr.spec, p.types); pr.Err != nil {
+				p.logger.Warn("BPF program not loaded", "program", pr.Name, "hook", pr.Hook, "mode", p.mode, "err", pr.Err)
+				break
+			}
+			pr.Pending = true
+		case d.fs != "":
 			// Its file system's module is not loaded yet: loaded and
 			// attached when an image on it is tracked (which needs the
-			// capabilities --privilege.drop gives up), or no followed
-			// device needs it yet (host_rq_issue, TrackDevice).
+			// capabilities --privilege.drop gives up).
 			pr.Pending = true
 		default:
 			p.attach(pr)
@@ -1239,9 +1247,10 @@ func (p *Probes) Close() error {
 // TrackDevice starts following a block device (kernel dev_t) as device
 // slot. When the device's queue does not keep each request's issue time
 // (the block layer does while a statistics user such as writeback
-// throttling is set up on it), host_rq_issue is attached to keep it.
+// throttling is set up on it), or keeps a plug's cached time
+// (blockCachesPlugTime), host_rq_issue is attached to note it.
 func (p *Probes) TrackDevice(dev, slot uint32) error {
-	if !queueKeepsIssueTime(dev) {
+	if !queueKeepsIssueTime(dev) || blockCachesPlugTime() {
 		p.mu.Lock()
 		for _, pr := range p.programs {
 			if pr.Pending && pr.Name == bpf.HostProgHostRqIssue {
@@ -1331,6 +1340,30 @@ func (p *Probes) ImageDeviceCounters(slot uint32) (bpf.HostImageDeviceCounters, 
 	}
 	return p.imageBuf, nil
 }
+
+// blockCachesPlugTime reports whether the kernel's block layer reads the
+// time once per plug (struct blk_plug's cur_ktime, 6.9 on): requests then
+// carry the plug's first time as their allocation and issue time, so a
+// batch submitted under one plug (linux-aio, io_uring) has every request
+// issued "when the first was allocated", and its service time would hold
+// the batch's submission. Without the kernel's BTF, false (the older
+// kernels fspair supports have no such cache).
+var blockCachesPlugTime = sync.OnceValue(func() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var plug *btf.Struct
+	if err := spec.TypeByName("blk_plug", &plug); err != nil {
+		return false
+	}
+	for _, m := range plug.Members {
+		if m.Name == "cur_ktime" {
+			return true
+		}
+	}
+	return false
+})
 
 // queueKeepsIssueTime reports whether the block layer stamps each request
 // of the device with its issue time (rq->io_start_time_ns): it does while

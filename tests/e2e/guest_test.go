@@ -30,9 +30,10 @@ import (
 //
 // and that the latency layers nest as the rules decompose them (guest =
 // VMM + image file): the image-file time fits in the guest's time, for
-// direct I/O the host queue and device time fit in the image-file time,
-// within 5%; and the image-file flush time does not exceed what strace
-// measured QEMU's flush calls to take.
+// direct I/O a device request's mean time fits in an image-file request's,
+// and so does the host queue's with it where requests are not submitted in
+// batches (aio=threads), within 5%; and the image-file flush time does not exceed
+// what strace measured QEMU's flush calls to take.
 //
 // For plain QEMU (the exporter finds its QMP monitor on the command line,
 // --discovery.proc.qmp) and a libvirt domain (libvirt's statistics), each
@@ -448,8 +449,25 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 		if op.name != "flush" {
 			queueT := sumDelta("fspair_disk_stage_seconds", map[string]string{"op": op.name, "stage": "host_queue"})
 			devT := sumDelta("fspair_disk_stage_seconds", map[string]string{"op": op.name, "stage": "device"})
-			line += fmt.Sprintf("; host queue %.4fs, device %.4fs", queueT, devT)
-			if direct && queueT+devT > 1.05*fileT {
+			devK := map[string]string{"source_file": d.file, "op": op.name, "stage": "device"}
+			devN := s1.value(t, "fspair_disk_stage_seconds", devK) - s0.value(t, "fspair_disk_stage_seconds", devK)
+			fileN := delta("fspair_disk_requests_total", op.name)
+			line += fmt.Sprintf("; host queue %.4fs, device %.4fs (%.0f device requests for %.0f image-file ones)", queueT, devT, devN, fileN)
+			// Direct I/O: a request's device time sits inside its
+			// image-file request's. So does its queue time where each
+			// request has a plug of its own (aio=threads: one preadv or
+			// pwritev a thread); a batch under one plug (linux-aio,
+			// io_uring) starts every request's queue time at the first
+			// one's allocation on this kernel (6.9 on: the plug's cached
+			// time; README, "How it follows a disk"). Compared as means
+			// per request, not sums: an image-file request that spans two
+			// extents of the image is two device requests in parallel,
+			// whose times add up to more than it took (2026-11-29: up to
+			// 6% more device requests than image-file reads).
+			batched := d.aio != "threads"
+			mean := func(sum, n float64) float64 { return sum / math.Max(n, 1) }
+			fileMean, devMean, queueMean := mean(fileT, fileN), mean(devT, devN), mean(queueT, devN)
+			if direct && (devMean > 1.05*fileMean || !batched && queueMean+devMean > 1.05*fileMean) {
 				// The probe's own losses over the jobs, to tell a missed
 				// completion (the request counted untimed, or a program the
 				// kernel skipped because it interrupted itself) from a wrong
@@ -460,7 +478,8 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 					drops += fmt.Sprintf(" %s +%.0f", reason, s1.value(t, "fspair_probe_events_dropped_total", k)-s0.value(t, "fspair_probe_events_dropped_total", k))
 				}
 				drops += fmt.Sprintf(" recursion misses +%.0f", counterSum(s1, "fspair_probe_recursion_misses_total")-counterSum(s0, "fspair_probe_recursion_misses_total"))
-				t.Errorf("layers (%s): direct I/O, but host queue + device exceed the image-file time by more than 5%%; probe drops over the jobs:%s", line, drops)
+				t.Errorf("layers (%s): direct I/O, but a device request's mean time %.1f us (batched: %v) or with the host queue's %.1f us (not batched) exceeds an image-file request's %.1f us by more than 5%%; probe drops over the jobs:%s",
+					line, devMean*1e6, batched, queueMean*1e6, fileMean*1e6, drops)
 			}
 		} else if d.aio != "io_uring" {
 			// strace times each call from outside, its own stops and
