@@ -119,7 +119,10 @@ chmod 0755 "$plugins"/libcvar-*.so
 # glibc loads libgcc_s at run time (dlopen, which ldd cannot see) for
 # pthread_exit; without it Filebench aborts when its threads end ("libgcc_s.so.1
 # must be installed for pthread_exit to work").
-gcc_s=$(ldconfig -p | awk '/libgcc_s\.so\.1 .*x86-64/ { print $NF; exit }')
+# awk reads the whole list: leaving at the first match would end ldconfig
+# with SIGPIPE once its list outgrows the pipe (64 KiB), failing the
+# pipeline under pipefail.
+gcc_s=$(ldconfig -p | awk '/libgcc_s\.so\.1 .*x86-64/ && !found { print $NF; found = 1 }')
 [ -n "$gcc_s" ] || die "libgcc_s.so.1 not found by ldconfig -p (install libgcc-s1)"
 mkdir -p "$libs$(dirname "$gcc_s")"
 cp -L "$gcc_s" "$libs$gcc_s"

@@ -78,6 +78,7 @@ type Options struct {
 	RulesReadme   string
 	FitBase       string
 	Again         bool
+	Check         bool
 }
 
 // files returns p's $nfiles: -files's, or the personality's.
@@ -121,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock taken per run (\"\": none, when run under flock)")
 	fs.BoolVar(&o.ReportOnly, "report-only", false, "classify the stored runs again and render the report; no guests")
 	fs.BoolVar(&o.Again, "again", false, "make runs the results already hold again")
+	fs.BoolVar(&o.Check, "check", false, "after the runs, class each run of -runs as recorded in -out with the live model (as the rules would, settling included) and fail unless >= 90% of its windows after the first 3 minutes are right and none in the first 3 minutes is wrong at confidence >= 0.9 (make test's live Filebench check)")
 	fs.BoolVar(&o.Fit, "fit", false, "fit the classifier on the stored runs and the fio models' (-fio), hold out each guest/host pair in turn, and print the evaluation and the fitted model; no guests")
 	fs.BoolVar(&o.Lab, "lab", false, "class every recorded window that is not Filebench's (fio models, variants, real programs, the switch, the pair lab's runs, the tests' synthetic disks) with the model the fit starts from (-fit-base) and the live one (-classes), and print the tables and what the lab tests and the demo assert on them; no guests")
 	fs.BoolVar(&o.Write, "write", false, "with -fit: write the fitted model into -classes (its block between the BEGIN FITTED and END FITTED lines) and the evaluation into -rules-readme; with -lab: write its tables into -rules-readme")
@@ -243,7 +245,10 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		return writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1])
+		if err := writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1]); err != nil || !o.Check {
+			return err
+		}
+		return printChecks(stdout, checkRuns(cls, res, o.Specs, o))
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("booting lab guests needs root (loop devices, mount, QEMU, BPF); run as root, or -report-only")
@@ -328,6 +333,12 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d runs failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	if o.Check {
+		if stopped != "" {
+			return fmt.Errorf("-check: the series stopped before every run was made (%s)", stopped)
+		}
+		return printChecks(stdout, checkRuns(cls, res, o.Specs, o))
 	}
 	return nil
 }
