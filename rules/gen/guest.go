@@ -109,7 +109,6 @@ sum without (stage) (domain_disk:fspair_disk_stage_seconds:mean${w}{stage="devic
 			"Latency by layer, device: mean device service time of the image's host block requests, reads and writes.",
 			layer("device")),
 	}
-	rules = append(rules, guestQuantileRules(w, minReq)...)
 	rules = append(rules, guestShareRules(w)...)
 	return append(rules,
 		rec(w, "pair_mode:fspair_disk_guest_merge:median_ratio_rate${w}", `
@@ -184,7 +183,8 @@ var guestQuantileLayers = []struct {
 // once, but in the classic layouts store a series per bucket again (13 for
 // the guest and image-file histograms, 9 for the device's, per operation:
 // 96 series a disk, 960,000 at 10,000 disks) where these rules store 16.
-func guestQuantileRules(w window, minReq string) []Rule {
+func guestQuantileRules(w window, t *Thresholds) []Rule {
+	minReq := num(t.Efficiency.MinStageRequestsRate.V())
 	var out []Rule
 	for _, l := range guestQuantileLayers {
 		for _, q := range guestQuantiles {
