@@ -45,8 +45,6 @@ func guestRules(w window, t *Thresholds) []Rule {
 			"Guest requests per second, by operation: what the guest's virtio device asked, before QEMU merged adjacent ones and skipped empty flushes."),
 		rate("domain_disk:fspair_disk_guest_bytes:rate${w}", "fspair_disk_guest_bytes_total", `op=~"read|write"`,
 			"Bytes per second the guest read and wrote."),
-		rate("domain_disk:fspair_disk_guest_merged_requests:rate${w}", "fspair_disk_guest_merged_requests_total", `op=~"read|write"`,
-			"Guest requests per second QEMU merged into an adjacent one (QMP sources only)."),
 		rate("domain_disk:fspair_disk_guest_request_duration_seconds:rate${w}", "fspair_disk_guest_request_duration_seconds_total", `op=~"read|write|flush"`,
 			"Guest request time per second, by operation, as the guest sees it."),
 		rec(w, "domain_disk:fspair_disk_guest_merge:ratio_rate${w}", `
