@@ -164,8 +164,9 @@ func histogramQuantile(q, metric, sel string) string {
 // histogramFamilies are the exporter's histograms the rules read by their
 // sum and count (rules/gen's tests check each against exporter/collector).
 var histogramFamilies = map[string]bool{
-	"fspair_disk_stage_seconds":            true,
-	"fspair_disk_request_duration_seconds": true,
+	"fspair_disk_stage_seconds":                  true,
+	"fspair_disk_request_duration_seconds":       true,
+	"fspair_disk_guest_request_duration_seconds": true,
 }
 
 // featureRules derive the per-disk workload features from the base rates of
