@@ -129,7 +129,7 @@ def _variables() -> list[VariableBuilder]:
 
 
 # What the guest's requests took and which layer below holds that time
-# (group fspair.guest, rules/README.md): percentiles per layer from the
+# (groups fspair.guest.quantiles and fspair.guest, rules/README.md): percentiles per layer from the
 # histograms, and each layer's share of the guest's mean.
 GUEST_QUANTILE = "domain_disk:fspair_disk_guest_path_latency_seconds:quantile5m"
 GUEST_SHARE = "domain_disk:fspair_disk_guest_path_latency:ratio5m"
@@ -193,7 +193,8 @@ def _what_the_vm_feels(inputs: Inputs) -> list[PanelBuilder]:
             "image's host block requests, writeback included), so their percentiles do not add up: compare them side by "
             "side. A percentile lies inside one bucket, interpolated: guest and image file on powers of 2 (native) or every "
             "4x (classic), the device every 8x in its classic buckets, so a classic device p99 is known to within a factor "
-            f"of 8. FspairGuestLatencyHigh fires when the guest's p99 stays above {limits[op]:g} s (dashed line; "
+            "of 8. The rules record these percentiles every 3m (group fspair.guest.quantiles), so the lines step every 3m. "
+            f"FspairGuestLatencyHigh fires when the guest's p99 stays above {limits[op]:g} s (dashed line; "
             "rules/classes.yaml alerts). " + NO_GUEST_HISTOGRAM,
             "s",
             [

@@ -90,6 +90,10 @@ func alerts(p *Params) []alert {
 			// The guest's own p99, by operation; the layer that holds the
 			// time is looked up for the description, not joined in as a
 			// label: a change of layer must not restart the `for`.
+			// fspair.guest.quantiles records the p99 every -long-interval
+			// (3m), below the 5m lookback: each evaluation here reads the
+			// latest, so the `for` spans consecutive high recordings, each
+			// over the 5m before it, and no gap resets it.
 			name: "FspairGuestLatencyHigh", severity: "warning", forSecs: forGuest,
 			expr: fmt.Sprintf(`
   max without (layer, quantile) (`+guestQuantileName+`{layer="guest", quantile="0.99", op=~"read|write"}) > %s

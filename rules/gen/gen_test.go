@@ -181,7 +181,7 @@ func TestEveryRuleTested(t *testing.T) {
 			}
 		}
 	}
-	wantOrder := []string{"fspair.disk", "fspair.disk.long", "fspair.efficiency", "fspair.efficiency.long", "fspair.guest", "fspair.workload",
+	wantOrder := []string{"fspair.disk", "fspair.disk.long", "fspair.efficiency", "fspair.efficiency.long", "fspair.guest", "fspair.guest.quantiles", "fspair.workload",
 		"fspair.fleet", "fspair.kdb", "fspair.pairing", "fspair.alerts.pairs", "fspair.alerts.exporter"}
 	gs, ws := append([]string{}, groups...), append([]string{}, wantOrder...)
 	sort.Strings(gs)
@@ -299,7 +299,7 @@ func againstCommitted(t *testing.T, o Options, check func(name string, def, got 
 }
 
 // TestLongInterval: -long-interval changes how often the long-window
-// groups (and only they) are evaluated, in the per-host rules and the
+// groups, fspair.guest.quantiles and fspair.fleet (and only they) are evaluated, in the per-host rules and the
 // fleet's, and nothing else.
 func TestLongInterval(t *testing.T) {
 	o := committed
@@ -314,8 +314,8 @@ func TestLongInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 3 {
-		t.Errorf("fspair.rules.yml: %d groups every 30s, want 3 (disk.long, efficiency.long, fleet)", n)
+	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 4 {
+		t.Errorf("fspair.rules.yml: %d groups every 30s, want 4 (disk.long, efficiency.long, guest.quantiles, fleet)", n)
 	}
 }
 

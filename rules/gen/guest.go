@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // The guest path (exporter/guest, the fspair_disk_guest_* families): what
 // the guest asked of its virtio disk against what QEMU did on the image
@@ -31,6 +34,8 @@ import "fmt"
 const (
 	guestPathName = "domain_disk:fspair_disk_guest_path_latency_seconds:mean${w}"
 	pairModeBy    = "guest_fs, host_fs, aio, cache"
+	// guestTimeOps are the operations whose guest request time the rules read.
+	guestTimeOps = `op=~"read|write|flush"`
 )
 
 func layer(l string) [2]string { return [2]string{"layer", l} }
@@ -45,10 +50,15 @@ func guestRules(w window, t *Thresholds) []Rule {
 			"Guest requests per second, by operation: what the guest's virtio device asked, before QEMU merged adjacent ones and skipped empty flushes."),
 		rate("domain_disk:fspair_disk_guest_bytes:rate${w}", "fspair_disk_guest_bytes_total", `op=~"read|write"`,
 			"Bytes per second the guest read and wrote."),
-		rate("domain_disk:fspair_disk_guest_merged_requests:rate${w}", "fspair_disk_guest_merged_requests_total", `op=~"read|write"`,
-			"Guest requests per second QEMU merged into an adjacent one (QMP sources only)."),
-		rate("domain_disk:fspair_disk_guest_request_duration_seconds:rate${w}", "fspair_disk_guest_request_duration_seconds_total", `op=~"read|write|flush"`,
-			"Guest request time per second, by operation, as the guest sees it."),
+		rec(w, "domain_disk:fspair_disk_guest_request_duration_seconds:rate${w}", `
+sum by (${disk}, op) (
+    rate(fspair_disk_guest_request_duration_seconds_total{${job}, `+guestTimeOps+`}[${w}])
+  or
+    `+strings.ReplaceAll(counterRate("fspair_disk_guest_request_duration_seconds_sum", "${job}, "+guestTimeOps), " or ", "\n  or\n    ")+`
+)`,
+			"Guest request time per second, by operation, as the guest sees it: QEMU's total time (the _total counter) "+
+				"where the exporter writes it, else the sum of the operation's latency histogram, which carries the same "+
+				"time (the exporter writes one of the two for an operation): its classic _sum, or the native histogram's sum."),
 		rec(w, "domain_disk:fspair_disk_guest_merge:ratio_rate${w}", `
   domain_disk:fspair_disk_guest_requests:rate${w}{op=~"read|write"}
 /
@@ -109,7 +119,6 @@ sum without (stage) (domain_disk:fspair_disk_stage_seconds:mean${w}{stage="devic
 			"Latency by layer, device: mean device service time of the image's host block requests, reads and writes.",
 			layer("device")),
 	}
-	rules = append(rules, guestQuantileRules(w, minReq)...)
 	rules = append(rules, guestShareRules(w)...)
 	return append(rules,
 		rec(w, "pair_mode:fspair_disk_guest_merge:median_ratio_rate${w}", `
@@ -184,7 +193,8 @@ var guestQuantileLayers = []struct {
 // once, but in the classic layouts store a series per bucket again (13 for
 // the guest and image-file histograms, 9 for the device's, per operation:
 // 96 series a disk, 960,000 at 10,000 disks) where these rules store 16.
-func guestQuantileRules(w window, minReq string) []Rule {
+func guestQuantileRules(w window, t *Thresholds) []Rule {
+	minReq := num(t.Efficiency.MinStageRequestsRate.V())
 	var out []Rule
 	for _, l := range guestQuantileLayers {
 		for _, q := range guestQuantiles {

@@ -164,8 +164,9 @@ func histogramQuantile(q, metric, sel string) string {
 // histogramFamilies are the exporter's histograms the rules read by their
 // sum and count (rules/gen's tests check each against exporter/collector).
 var histogramFamilies = map[string]bool{
-	"fspair_disk_stage_seconds":            true,
-	"fspair_disk_request_duration_seconds": true,
+	"fspair_disk_stage_seconds":                  true,
+	"fspair_disk_request_duration_seconds":       true,
+	"fspair_disk_guest_request_duration_seconds": true,
 }
 
 // featureRules derive the per-disk workload features from the base rates of
@@ -389,6 +390,13 @@ func recordingFile(p *Params) File {
 				Comment: fmt.Sprintf("Pair efficiency over the long window (%s), evaluated every %s: what the fleet view and the efficiency alerts compare.", l.name, li)},
 			{Name: "fspair.guest", Rules: guestRules(s, p.T),
 				Comment: fmt.Sprintf("The guest path over the short window (%s): guest requests against image-file requests (merge ratio, flushes elided, sizes before and after merging), latency by layer from the guest to the device, and the fleet by pair, aio and cache mode.", s.name)},
+			{Name: "fspair.guest.quantiles", Rules: guestQuantileRules(s, p.T), Interval: li,
+				Comment: fmt.Sprintf("Latency quantiles by layer, evaluated every %s, over the short window (%s). They read a "+
+					"histogram per disk and operation (a series per bucket in the classic form), twice a layer (median and p99), "+
+					"so they are evaluated apart from fspair.guest, whose means, shares and top layer a slow quantile evaluation "+
+					"would otherwise hold up, and less often: a quantile over %s moves little between two evaluations, and readers "+
+					"(FspairGuestLatencyHigh, fspair.fleet's slowest disks, the VM disk dashboard) see no gap, the interval staying "+
+					"below Prometheus' 5m lookback.", li, s.name, s.name)},
 			{Name: "fspair.workload", Rules: workloadRules(p),
 				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."},
 			{Name: "fspair.fleet", Rules: append(fleetRules(p), guestFleetRules(s)...), Interval: li,
