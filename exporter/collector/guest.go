@@ -20,7 +20,7 @@ import (
 // only once the guest has done one (guestOpSeen). query-blockstats has the
 // unmap counters of every device, at 0 where the guest never discarded
 // (and always in QEMU 7.2, whose virtio-blk does not count discards:
-// tests/lab/README.md), and most guests never discard: five series a disk
+// tests/lab/README.md), and most guests never discard: four series a disk
 // (over QMP) that would stand at 0 for good. A counter is monotonic,
 // so once written a series stays; it starts at its first value, and
 // rate() and increase() miss the step from the 0 left out to that value
@@ -50,8 +50,6 @@ var (
 		"Bytes the guest's requests moved, by operation (QEMU's rd/wr/unmap_bytes);"+guestOps, "op")
 	guestErrors = diskDesc("guest_request_errors_total",
 		"Guest requests that failed, by operation (QEMU's failed_*_operations; QMP only);"+guestOps, "op")
-	guestMerged = diskDesc("guest_merged_requests_total",
-		"Guest requests QEMU merged into an adjacent one before issuing it to the image file, by operation (QEMU's rd/wr/unmap_merged; QMP only);"+guestOps, "op")
 	guestTime = diskDesc("guest_request_duration_seconds_total",
 		"Total time the guest's requests took as the guest sees it, from the device receiving them to completing them, by operation "+
 			"(QEMU's *_total_time_ns);"+guestOps, "op")
@@ -89,7 +87,6 @@ func guestFamilies() []directFamily {
 		guestVec(guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }),
 		guestVec(guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }),
 		guestVec(guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
-		guestVec(guestMerged, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
 		guestVec(guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }),
 		guestLatencyFamily(),
 		guestReadTimeFamily(),
@@ -151,7 +148,7 @@ func guestOpSeen(s *guest.Stats, op int) bool {
 	if everyGuestDoes(guest.OpNames[op]) {
 		return true
 	}
-	for _, f := range []*[guest.NumOps]guest.Counter{&s.Requests, &s.Bytes, &s.Failed, &s.Merged, &s.TimeNs} {
+	for _, f := range []*[guest.NumOps]guest.Counter{&s.Requests, &s.Bytes, &s.Failed, &s.TimeNs} {
 		if f[op].V != 0 {
 			return true
 		}
@@ -225,7 +222,7 @@ func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
 		for _, v := range []struct {
 			d *prometheus.Desc
 			c *[guest.NumOps]guest.Counter
-		}{{guestRequests, &g.Stats.Requests}, {guestBytes, &g.Stats.Bytes}, {guestErrors, &g.Stats.Failed}, {guestMerged, &g.Stats.Merged}} {
+		}{{guestRequests, &g.Stats.Requests}, {guestBytes, &g.Stats.Bytes}, {guestErrors, &g.Stats.Failed}} {
 			for op, c := range v.c {
 				if c.OK && guestOpSeen(&g.Stats, op) {
 					ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(c.V), with(k, guest.OpNames[op])...)

@@ -44,7 +44,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 			Status: statuses[rng.IntN(len(statuses))], Histogram: guest.HistogramNone}
 		if st.Status == guest.StatusOK || st.Status == guest.StatusStale {
 			r := &guest.Reading{At: time.UnixMilli(rng.Int64N(1 << 41))}
-			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.Merged, &r.Stats.TimeNs} {
+			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
 				for op := range f {
 					if rng.IntN(3) > 0 {
 						f[op] = guest.Counter{V: randomCount(rng), OK: true}
@@ -53,7 +53,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 			}
 			// Half of them never discarded: QEMU's unmap counters at 0.
 			if rng.IntN(2) == 0 {
-				for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.Merged, &r.Stats.TimeNs} {
+				for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
 					f[guest.OpDiscard].V = 0
 				}
 			}
@@ -195,7 +195,6 @@ func guestGoldenFleet() (*fakeInventory, *fakeKernel, fakeGuest) {
 	}
 	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpDiscard} {
 		qmp.Bytes[op] = guest.Counter{V: uint64(4096 * (op + 1)), OK: true}
-		qmp.Merged[op] = guest.Counter{V: uint64(10 * op), OK: true}
 	}
 	for _, op := range guest.HistogramOps {
 		qmp.Latency[op].OK = true
@@ -390,7 +389,7 @@ func TestHandlerGuest(t *testing.T) {
 		t.Errorf("%d guest info series, want one per disk (%d)", n, len(inv.disks))
 	}
 	for _, name := range []string{"fspair_disk_guest_requests_total", "fspair_disk_guest_request_duration_seconds_total",
-		"fspair_disk_guest_info", "fspair_disk_guest_merged_requests_total"} {
+		"fspair_disk_guest_info", "fspair_disk_guest_request_errors_total"} {
 		if !directNames[name] {
 			t.Errorf("%s is not among the direct families", name)
 		}
@@ -402,9 +401,9 @@ func TestHandlerGuest(t *testing.T) {
 // bench's disks have no guest): a plain QEMU disk read over QMP, which
 // gives every counter of the four operations, that never discarded (QEMU's
 // unmap counters at 0), with its read, write and flush histograms
-// observed. Native mode: 15 series before the histograms, 18 with them;
-// classic: 15 and 60 (15 a histogram, the image file's layout). A disk
-// that discarded has the 5 discard series besides, whichever of its
+// observed. Native mode: 13 series before the histograms, 16 with them;
+// classic: 13 and 58 (15 a histogram, the image file's layout). A disk
+// that discarded has the 4 discard series besides, whichever of its
 // discard counters is not 0. BENCHMARKS.md has the figures.
 func TestGuestSeriesPerDisk(t *testing.T) {
 	inv, k := randomFleet(rand.New(rand.NewPCG(2, 2)), 1)
@@ -416,11 +415,10 @@ func TestGuestSeriesPerDisk(t *testing.T) {
 	}
 	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpDiscard} {
 		st.Bytes[op] = guest.Counter{V: 1, OK: true}
-		st.Merged[op] = guest.Counter{V: 1, OK: true}
 	}
 	discards := func(s *guest.Stats) []*guest.Counter {
 		return []*guest.Counter{&s.Requests[guest.OpDiscard], &s.Bytes[guest.OpDiscard], &s.Failed[guest.OpDiscard],
-			&s.Merged[guest.OpDiscard], &s.TimeNs[guest.OpDiscard]}
+			&s.TimeNs[guest.OpDiscard]}
 	}
 	count := func(st guest.Stats, hist bool) (classic, native, discard int) {
 		for _, op := range guest.HistogramOps {
@@ -447,19 +445,19 @@ func TestGuestSeriesPerDisk(t *testing.T) {
 	c0, n0, d0 := count(typical, false)
 	c1, n1, d1 := count(typical, true)
 	t.Logf("guest series of a typical disk (no discards): without histograms %d classic, %d native; with them %d classic, %d native", c0, n0, c1, n1)
-	if c0 != 15 || n0 != 15 || c1 != 60 || n1 != 18 || d0+d1 != 0 {
-		t.Errorf("guest series: without histograms %d classic, %d native; with %d, %d; %d and %d of op=discard; want 15, 15; 60, 18; none",
+	if c0 != 13 || n0 != 13 || c1 != 58 || n1 != 16 || d0+d1 != 0 {
+		t.Errorf("guest series: without histograms %d classic, %d native; with %d, %d; %d and %d of op=discard; want 13, 13; 58, 16; none",
 			c0, n0, c1, n1, d0, d1)
 	}
 
 	// A disk that discarded: one counter not 0 is enough, and brings
-	// all five.
+	// all four.
 	for i := range discards(&st) {
 		d := typical
 		discards(&d)[i].V = 7
 		c, n, dn := count(d, true)
-		if c != c1+5 || n != n1+5 || dn != 5 {
-			t.Errorf("discard counter %d at 7: %d classic, %d native, %d of op=discard; want %d, %d, 5", i, c, n, dn, c1+5, n1+5)
+		if c != c1+4 || n != n1+4 || dn != 4 {
+			t.Errorf("discard counter %d at 7: %d classic, %d native, %d of op=discard; want %d, %d, 4", i, c, n, dn, c1+4, n1+4)
 		}
 	}
 }
