@@ -638,7 +638,9 @@ def _workload() -> list[PanelBuilder]:
         ),
         timeseries_panel(
             "Request errors",
-            "Requests on the image file that failed, per second and operation (fspair_disk_request_errors_total).",
+            "Requests on the image file that failed, per second and operation (fspair_disk_request_errors_total). "
+            "An operation's series starts with its first failure: no data means no request has failed since fspair "
+            "started following the disk.",
             "ops",
             [Query(f"sum by (op) ({disk_rate('fspair_disk_request_errors_total')})", "{{op}}")],
             width=12,

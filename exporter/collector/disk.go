@@ -37,7 +37,8 @@ var (
 	diskBytes = diskDesc("bytes_total",
 		"Bytes the VM's completed requests moved (discard, write_zeroes, allocate: the range they covered), by operation.", "op")
 	diskErrors = diskDesc("request_errors_total",
-		"Requests on the image file that failed, by operation.", "op")
+		"Requests on the image file that failed, by operation; an operation's series starts with its first failure "+
+			"(absent: none failed since fspair started following the disk).", "op")
 	diskLatency = diskDesc("request_duration_seconds",
 		"Time from submission to completion of requests on the image file, as the VMM waits for them, by operation.", "op")
 	diskSize = diskDesc("request_size_bytes",
@@ -128,7 +129,7 @@ type shape struct {
 //   - seek distance: every 64x, 0 and -1 (a sequential request, d = 0, is
 //     the bucket between them), +-4 KiB, 256 KiB, 16 MiB, 1 GiB, 64 GiB.
 //
-// 194 series for the typical disk (TestSeriesPerDisk).
+// 191 series for the typical disk (TestSeriesPerDisk).
 
 // keepIf is the keep flags of n bounds: bound i is kept where f(i).
 func keepIf(n int, f func(i int) bool) []bool {

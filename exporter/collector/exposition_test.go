@@ -593,8 +593,13 @@ func TestDirectGolden(t *testing.T) {
 		series("fspair_disk_bytes_total", `op="flush"`),
 		// The disk never allocated; it did discard and write_zeroes.
 		series("fspair_disk_bytes_total", `op="allocate"`),
-		series("fspair_disk_request_errors_total", `op="allocate"`),
 		series("fspair_disk_requests_total", `op="allocate"`),
+		// Errors only from an operation's first: the disk had one write fail.
+		series("fspair_disk_request_errors_total", `op="allocate"`),
+		series("fspair_disk_request_errors_total", `op="discard"`),
+		series("fspair_disk_request_errors_total", `op="flush"`),
+		series("fspair_disk_request_errors_total", `op="read"`),
+		series("fspair_disk_request_errors_total", `op="write_zeroes"`),
 		// aio=native: linux-aio, and syscall for what QEMU's thread pool does.
 		series("fspair_disk_submissions_total", `interface="io_uring"`),
 		series("fspair_disk_io_uring_punted_total"),

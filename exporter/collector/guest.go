@@ -20,11 +20,27 @@ import (
 // only once the guest has done one (guestOpSeen). query-blockstats has the
 // unmap counters of every device, at 0 where the guest never discarded
 // (and always in QEMU 7.2, whose virtio-blk does not count discards:
-// tests/lab/README.md), and most guests never discard: five series a disk
-// (over QMP) that would stand at 0 for good. A counter is monotonic,
-// so once written a series stays; it starts at its first value, and
-// rate() and increase() miss the step from the 0 left out to that value
-// (the guest's first discards, once per disk), as on the image file.
+// tests/lab/README.md), and most guests never discard: three series a
+// disk (over QMP: requests, bytes, time) that would stand at 0 for good.
+// A counter is monotonic, so once written a series stays; it starts at its
+// first value, and rate() and increase() miss the step from the 0 left out
+// to that value (the guest's first discards, once per disk), as on the
+// image file.
+//
+// Two families are narrower still, to keep a typical disk within its
+// series budget (BENCHMARKS.md, "Guest latency histograms"):
+//   - fspair_disk_guest_request_errors_total: an operation's series
+//     starts with its first failure (QEMU's failed_*_operations not 0), as
+//     the image file's fspair_disk_request_errors_total does. Absent over
+//     QMP: QEMU counted no failure of that operation; from libvirt: not
+//     given (fspair_disk_guest_info's source tells which).
+//   - fspair_disk_guest_request_duration_seconds_total: written only for
+//     the operations whose fspair_disk_guest_request_duration_seconds
+//     histogram is not (discard, libvirt without histograms, QMP before a
+//     histogram is set or has its first observation); where the histogram
+//     is written its sum is the same value (QEMU's *_total_time_ns since
+//     the VM started), so the series would say it twice. A rule reads the
+//     time as the counter or the histogram's sum, whichever there is.
 
 var guestOpExtra = extraLabels("op", guest.OpNames[:])
 
@@ -49,17 +65,18 @@ var (
 	guestBytes = diskDesc("guest_bytes_total",
 		"Bytes the guest's requests moved, by operation (QEMU's rd/wr/unmap_bytes);"+guestOps, "op")
 	guestErrors = diskDesc("guest_request_errors_total",
-		"Guest requests that failed, by operation (QEMU's failed_*_operations; QMP only);"+guestOps, "op")
-	guestMerged = diskDesc("guest_merged_requests_total",
-		"Guest requests QEMU merged into an adjacent one before issuing it to the image file, by operation (QEMU's rd/wr/unmap_merged; QMP only);"+guestOps, "op")
+		"Guest requests that failed, by operation (QEMU's failed_*_operations; QMP only); an operation's series starts with its first failure: "+
+			"absent, QEMU counted none (source=qmp) or the source does not give them (source=libvirt).", "op")
 	guestTime = diskDesc("guest_request_duration_seconds_total",
 		"Total time the guest's requests took as the guest sees it, from the device receiving them to completing them, by operation "+
-			"(QEMU's *_total_time_ns);"+guestOps, "op")
+			"(QEMU's *_total_time_ns), for the operations that fspair_disk_guest_request_duration_seconds does not have "+
+			"(where it has one, its sum is this value);"+guestOps, "op")
 	guestLatency = diskDesc("guest_request_duration_seconds",
 		"Time the guest's requests took as the guest sees it, by operation (read, write, flush), from QEMU's latency histograms on the bounds of "+
 			"fspair_disk_request_duration_seconds, bucket for bucket. The count is of requests since the histogram was set, failed ones included: "+
-			"its increase is that of fspair_disk_guest_requests_total plus fspair_disk_guest_request_errors_total. The sum is QEMU's total time "+
-			"(fspair_disk_guest_request_duration_seconds_total): read both as rates.", "op")
+			"its increase is that of fspair_disk_guest_requests_total plus fspair_disk_guest_request_errors_total (absent: none failed). "+
+			"The sum is QEMU's total time since the VM started, which fspair_disk_guest_request_duration_seconds_total carries for the operations "+
+			"without a histogram: read both as rates.", "op")
 	guestReadTime = diskDesc("guest_last_read_timestamp_seconds",
 		"When the guest-side values of the disk were read from their source.")
 )
@@ -82,18 +99,34 @@ func (s *snapshot) readGuest(src GuestSource) {
 	}
 }
 
+// guestCounter is a counter family by operation of the guest's values:
+// where its values are in Stats, the divisor to its unit (other than 1:
+// nanoseconds to seconds, written as floats, as client_golang writes
+// them), and which operations' series a disk has (of those its source
+// gives).
+type guestCounter struct {
+	desc    *prometheus.Desc
+	divisor float64
+	get     func(s *guest.Stats) *[guest.NumOps]guest.Counter
+	written func(s *guest.Stats, op int) bool
+}
+
+// guestCounters are the counter families, for the direct writer and
+// GuestDiskCollector alike.
+var guestCounters = []guestCounter{
+	{guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }, guestOpSeen},
+	{guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }, guestOpSeen},
+	{guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }, guestFailed},
+	{guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }, guestTimeAsCounter},
+}
+
 // guestFamilies are the direct writers of the guest families.
 func guestFamilies() []directFamily {
-	return []directFamily{
-		guestInfoFamily(),
-		guestVec(guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }),
-		guestVec(guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }),
-		guestVec(guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }),
-		guestVec(guestMerged, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Merged }),
-		guestVec(guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }),
-		guestLatencyFamily(),
-		guestReadTimeFamily(),
+	fams := []directFamily{guestInfoFamily(), guestLatencyFamily(), guestReadTimeFamily()}
+	for _, c := range guestCounters {
+		fams = append(fams, guestVec(c))
 	}
+	return fams
 }
 
 func guestInfoFamily() directFamily {
@@ -117,11 +150,9 @@ func guestReading(r *diskRow) *guest.Reading {
 	return r.guest.Reading
 }
 
-// guestVec is a counter family by operation of the guest's values; with a
-// divisor other than 1 (nanoseconds to seconds) the values are written as
-// floats, as client_golang writes them.
-func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[guest.NumOps]guest.Counter) directFamily {
-	f := familyOf(d, "counter")
+// guestVec writes a guest counter family.
+func guestVec(c guestCounter) directFamily {
+	f := familyOf(c.desc, "counter")
 	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
 		for i := range s.disks {
@@ -130,13 +161,13 @@ func guestVec(d *prometheus.Desc, divisor float64, get func(s *guest.Stats) *[gu
 			if g == nil {
 				continue
 			}
-			for op, c := range get(&g.Stats) {
+			for op, v := range c.get(&g.Stats) {
 				switch {
-				case !c.OK, !guestOpSeen(&g.Stats, op):
-				case divisor == 1:
-					t.uint(f, r.labels, guestOpExtra[op], c.V)
+				case !v.OK, !c.written(&g.Stats, op):
+				case c.divisor == 1:
+					t.uint(f, r.labels, guestOpExtra[op], v.V)
 				default:
-					t.float(f, r.labels, guestOpExtra[op], float64(c.V)/divisor)
+					t.float(f, r.labels, guestOpExtra[op], float64(v.V)/c.divisor)
 				}
 			}
 		}
@@ -151,12 +182,31 @@ func guestOpSeen(s *guest.Stats, op int) bool {
 	if everyGuestDoes(guest.OpNames[op]) {
 		return true
 	}
-	for _, f := range []*[guest.NumOps]guest.Counter{&s.Requests, &s.Bytes, &s.Failed, &s.Merged, &s.TimeNs} {
+	for _, f := range []*[guest.NumOps]guest.Counter{&s.Requests, &s.Bytes, &s.Failed, &s.TimeNs} {
 		if f[op].V != 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// guestFailed: an operation's errors series starts with its first failure.
+func guestFailed(s *guest.Stats, op int) bool {
+	return s.Failed[op].V != 0
+}
+
+// guestTimeAsCounter: the guest's time of an operation is a counter of its
+// own where the operation's histogram, whose sum it is, is not written.
+func guestTimeAsCounter(s *guest.Stats, op int) bool {
+	return guestOpSeen(s, op) && !guestHistogramWritten(s, op)
+}
+
+// guestHistogramWritten says whether the operation's histogram is written:
+// the source gives it on fspair's bounds and it has an observation (the
+// direct writer leaves out a histogram with none; histFamily.observed).
+func guestHistogramWritten(s *guest.Stats, op int) bool {
+	l := &s.Latency[op]
+	return l.OK && slices.ContainsFunc(l.Bins[:], func(n uint64) bool { return n != 0 })
 }
 
 // guestLatencyFamily is fspair_disk_guest_request_duration_seconds: QEMU's
@@ -173,8 +223,8 @@ func guestLatencyFamily() directFamily {
 				continue
 			}
 			for _, op := range guest.HistogramOps {
-				if l := &g.Stats.Latency[op]; l.OK {
-					t.histogram(h, r.labels, guestOpExtra[op], l.Bins[:], guestSeconds(&g.Stats, op))
+				if guestHistogramWritten(&g.Stats, op) {
+					t.histogram(h, r.labels, guestOpExtra[op], g.Stats.Latency[op].Bins[:], guestSeconds(&g.Stats, op))
 				}
 			}
 		}
@@ -222,27 +272,18 @@ func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
 		if g == nil {
 			continue
 		}
-		for _, v := range []struct {
-			d *prometheus.Desc
-			c *[guest.NumOps]guest.Counter
-		}{{guestRequests, &g.Stats.Requests}, {guestBytes, &g.Stats.Bytes}, {guestErrors, &g.Stats.Failed}, {guestMerged, &g.Stats.Merged}} {
-			for op, c := range v.c {
-				if c.OK && guestOpSeen(&g.Stats, op) {
-					ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(c.V), with(k, guest.OpNames[op])...)
+		for _, gc := range guestCounters {
+			for op, v := range gc.get(&g.Stats) {
+				if v.OK && gc.written(&g.Stats, op) {
+					ch <- prometheus.MustNewConstMetric(gc.desc, prometheus.CounterValue, float64(v.V)/gc.divisor, with(k, guest.OpNames[op])...)
 				}
 			}
 		}
-		for op, c := range g.Stats.TimeNs {
-			if c.OK && guestOpSeen(&g.Stats, op) {
-				ch <- prometheus.MustNewConstMetric(guestTime, prometheus.CounterValue, float64(c.V)/1e9, with(k, guest.OpNames[op])...)
-			}
-		}
 		for _, op := range guest.HistogramOps {
-			l := &g.Stats.Latency[op]
-			if !l.OK || !slices.ContainsFunc(l.Bins[:], func(n uint64) bool { return n != 0 }) {
+			if !guestHistogramWritten(&g.Stats, op) {
 				continue // as the direct writer, no histogram before its first observation
 			}
-			m, err := histogram(guestLatency, latencyShape, l.Bins[:], guestSeconds(&g.Stats, op), with(k, guest.OpNames[op])...)
+			m, err := histogram(guestLatency, latencyShape, g.Stats.Latency[op].Bins[:], guestSeconds(&g.Stats, op), with(k, guest.OpNames[op])...)
 			if err != nil {
 				return err
 			}

@@ -44,7 +44,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 			Status: statuses[rng.IntN(len(statuses))], Histogram: guest.HistogramNone}
 		if st.Status == guest.StatusOK || st.Status == guest.StatusStale {
 			r := &guest.Reading{At: time.UnixMilli(rng.Int64N(1 << 41))}
-			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.Merged, &r.Stats.TimeNs} {
+			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
 				for op := range f {
 					if rng.IntN(3) > 0 {
 						f[op] = guest.Counter{V: randomCount(rng), OK: true}
@@ -53,7 +53,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 			}
 			// Half of them never discarded: QEMU's unmap counters at 0.
 			if rng.IntN(2) == 0 {
-				for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.Merged, &r.Stats.TimeNs} {
+				for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
 					f[guest.OpDiscard].V = 0
 				}
 			}
@@ -178,9 +178,9 @@ func TestGuestDirectMatchesCollector(t *testing.T) {
 }
 
 // guestGoldenFleet is the guest side of three disks: plain QEMU read over
-// QMP with histograms (flush's not yet observed), a libvirt domain with
-// stale values and libvirt too old for histograms, and a disk without a
-// source.
+// QMP with histograms (flush's not yet observed; no read failed), a libvirt
+// domain with stale values and libvirt too old for histograms, and a disk
+// without a source.
 func guestGoldenFleet() (*fakeInventory, *fakeKernel, fakeGuest) {
 	disks := []inventory.Disk{goldenDisks[0], goldenDisks[0], goldenDisks[0]}
 	for i, name := range []string{"plain", "lv", "other"} {
@@ -195,7 +195,6 @@ func guestGoldenFleet() (*fakeInventory, *fakeKernel, fakeGuest) {
 	}
 	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpDiscard} {
 		qmp.Bytes[op] = guest.Counter{V: uint64(4096 * (op + 1)), OK: true}
-		qmp.Merged[op] = guest.Counter{V: uint64(10 * op), OK: true}
 	}
 	for _, op := range guest.HistogramOps {
 		qmp.Latency[op].OK = true
@@ -390,42 +389,59 @@ func TestHandlerGuest(t *testing.T) {
 		t.Errorf("%d guest info series, want one per disk (%d)", n, len(inv.disks))
 	}
 	for _, name := range []string{"fspair_disk_guest_requests_total", "fspair_disk_guest_request_duration_seconds_total",
-		"fspair_disk_guest_info", "fspair_disk_guest_merged_requests_total"} {
+		"fspair_disk_guest_info", "fspair_disk_guest_request_errors_total"} {
 		if !directNames[name] {
 			t.Errorf("%s is not among the direct families", name)
 		}
 	}
 }
 
+// typicalGuest is the guest side of a typical disk read over QMP: every
+// counter of the four operations, the guest never discarded (QEMU's unmap
+// counters at 0) and no request failed (its failed counters at 0), its
+// read, write and flush histograms set and observed.
+func typicalGuest() guest.Stats {
+	var st guest.Stats
+	for op := range guest.NumOps {
+		n := uint64(1)
+		if op == guest.OpDiscard {
+			n = 0
+		}
+		st.Requests[op] = guest.Counter{V: n, OK: true}
+		st.Failed[op] = guest.Counter{V: 0, OK: true}
+		st.TimeNs[op] = guest.Counter{V: n, OK: true}
+		if op != guest.OpFlush {
+			st.Bytes[op] = guest.Counter{V: n, OK: true}
+		}
+	}
+	for _, op := range guest.HistogramOps {
+		st.Latency[op].OK = true
+		st.Latency[op].Bins[op+3] = 1
+	}
+	return st
+}
+
 // TestGuestSeriesPerDisk is the guest side's share of a typical disk's
 // series (TestSeriesPerDisk counts fspair_disk_guest_info alone, as the
 // bench's disks have no guest): a plain QEMU disk read over QMP, which
 // gives every counter of the four operations, that never discarded (QEMU's
-// unmap counters at 0), with its read, write and flush histograms
-// observed. Native mode: 15 series before the histograms, 18 with them;
-// classic: 15 and 60 (15 a histogram, the image file's layout). A disk
-// that discarded has the 5 discard series besides, whichever of its
-// discard counters is not 0. BENCHMARKS.md has the figures.
+// unmap counters at 0) and never failed a request (its failed counters at
+// 0), with its read, write and flush histograms observed. Native mode: 10
+// series before the histograms, 10 with them (their sums take the time
+// counters' place); classic: 10 and 52 (15 a histogram, the image file's
+// layout). A disk that discarded has 3 discard series besides (requests,
+// bytes, time), whichever of its discard counters is not 0, and the errors
+// series of discard too when one failed; each operation that failed adds
+// its errors series. BENCHMARKS.md has the figures.
 func TestGuestSeriesPerDisk(t *testing.T) {
 	inv, k := randomFleet(rand.New(rand.NewPCG(2, 2)), 1)
-	var st guest.Stats
-	for _, f := range []*[guest.NumOps]guest.Counter{&st.Requests, &st.Failed, &st.TimeNs} {
-		for op := range f {
-			f[op] = guest.Counter{V: 1, OK: true}
-		}
-	}
-	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpDiscard} {
-		st.Bytes[op] = guest.Counter{V: 1, OK: true}
-		st.Merged[op] = guest.Counter{V: 1, OK: true}
-	}
 	discards := func(s *guest.Stats) []*guest.Counter {
 		return []*guest.Counter{&s.Requests[guest.OpDiscard], &s.Bytes[guest.OpDiscard], &s.Failed[guest.OpDiscard],
-			&s.Merged[guest.OpDiscard], &s.TimeNs[guest.OpDiscard]}
+			&s.TimeNs[guest.OpDiscard]}
 	}
 	count := func(st guest.Stats, hist bool) (classic, native, discard int) {
 		for _, op := range guest.HistogramOps {
 			st.Latency[op].OK = hist
-			st.Latency[op].Bins[op+3] = 1
 		}
 		g := fakeGuest{inv.disks[0].Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
 			Reading: &guest.Reading{Stats: st}}}
@@ -440,26 +456,111 @@ func TestGuestSeriesPerDisk(t *testing.T) {
 		return classic, native, discard
 	}
 
-	typical := st
-	for _, c := range discards(&typical) {
-		c.V = 0
-	}
+	typical := typicalGuest()
 	c0, n0, d0 := count(typical, false)
 	c1, n1, d1 := count(typical, true)
-	t.Logf("guest series of a typical disk (no discards): without histograms %d classic, %d native; with them %d classic, %d native", c0, n0, c1, n1)
-	if c0 != 15 || n0 != 15 || c1 != 60 || n1 != 18 || d0+d1 != 0 {
-		t.Errorf("guest series: without histograms %d classic, %d native; with %d, %d; %d and %d of op=discard; want 15, 15; 60, 18; none",
+	t.Logf("guest series of a typical disk (no discards, no failures): without histograms %d classic, %d native; with them %d classic, %d native",
+		c0, n0, c1, n1)
+	if c0 != 10 || n0 != 10 || c1 != 52 || n1 != 10 || d0+d1 != 0 {
+		t.Errorf("guest series: without histograms %d classic, %d native; with %d, %d; %d and %d of op=discard; want 10, 10; 52, 10; none",
 			c0, n0, c1, n1, d0, d1)
 	}
 
 	// A disk that discarded: one counter not 0 is enough, and brings
-	// all five.
-	for i := range discards(&st) {
+	// requests, bytes and time; errors only with a failed discard.
+	for i := range discards(&typical) {
 		d := typical
 		discards(&d)[i].V = 7
-		c, n, dn := count(d, true)
-		if c != c1+5 || n != n1+5 || dn != 5 {
-			t.Errorf("discard counter %d at 7: %d classic, %d native, %d of op=discard; want %d, %d, 5", i, c, n, dn, c1+5, n1+5)
+		want := 3
+		if discards(&d)[i] == &d.Failed[guest.OpDiscard] {
+			want = 4
 		}
+		c, n, dn := count(d, true)
+		if c != c1+want || n != n1+want || dn != want {
+			t.Errorf("discard counter %d at 7: %d classic, %d native, %d of op=discard; want %d, %d, %d", i, c, n, dn, c1+want, n1+want, want)
+		}
+	}
+
+	// A failed read brings its errors series, and nothing else.
+	d := typical
+	d.Failed[guest.OpRead].V = 1
+	if c, n, _ := count(d, true); c != c1+1 || n != n1+1 {
+		t.Errorf("a failed read: %d classic, %d native; want %d, %d", c, n, c1+1, n1+1)
+	}
+}
+
+// TestGuestTimeOnce: the guest's time of an operation is written once, as
+// the histogram's sum where the histogram is written, else as
+// fspair_disk_guest_request_duration_seconds_total, with the same value,
+// in the text format and in protobuf (native and classic); and the errors
+// series of an operation is there only once one failed.
+func TestGuestTimeOnce(t *testing.T) {
+	inv, k := randomFleet(rand.New(rand.NewPCG(5, 5)), 2)
+	inv.disks[0].Domain, inv.disks[1].Domain = "plain", "lv"
+	var qmp, lv guest.Stats
+	for op := range guest.NumOps {
+		qmp.Requests[op] = guest.Counter{V: 10, OK: true}
+		qmp.Failed[op] = guest.Counter{V: 0, OK: true}
+		qmp.TimeNs[op] = guest.Counter{V: uint64(250_000_000 * (op + 1)), OK: true}
+	}
+	qmp.Failed[guest.OpWrite].V = 2
+	// read's histogram set and observed, flush's set and not yet observed,
+	// write's not set.
+	qmp.Latency[guest.OpRead] = guest.Histogram{OK: true}
+	qmp.Latency[guest.OpRead].Bins[5] = 10
+	qmp.Latency[guest.OpFlush] = guest.Histogram{OK: true}
+	// libvirt: no failures given, no histograms.
+	for _, op := range []int{guest.OpRead, guest.OpWrite, guest.OpFlush} {
+		lv.Requests[op] = guest.Counter{V: 3, OK: true}
+		lv.TimeNs[op] = guest.Counter{V: 1_000_000, OK: true}
+	}
+	g := fakeGuest{
+		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramNotSet, Reading: &guest.Reading{Stats: qmp}},
+		"lv":    {Source: guest.SourceLibvirt, Status: guest.StatusOK, Histogram: guest.HistogramLibvirtTooOld, Reading: &guest.Reading{Stats: lv}},
+	}
+	// Where each disk's time of each op is: "sum" (the histogram's),
+	// "total" (the counter), with its value in seconds.
+	type place struct {
+		domain, op, where string
+		v                 float64
+	}
+	want := []place{
+		{"lv", "flush", "total", 0.001}, {"lv", "read", "total", 0.001}, {"lv", "write", "total", 0.001},
+		{"plain", "discard", "total", 1}, {"plain", "flush", "total", 0.75}, {"plain", "read", "sum", 0.25}, {"plain", "write", "total", 0.5},
+	}
+	wantErrors := []string{"plain/write=2"}
+
+	check := func(format string, fams map[string]*dto.MetricFamily) {
+		t.Helper()
+		var got []place
+		var errs []string
+		label := func(m *dto.Metric, name string) string {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == name {
+					return l.GetValue()
+				}
+			}
+			return ""
+		}
+		for _, m := range fams["fspair_disk_guest_request_duration_seconds_total"].GetMetric() {
+			got = append(got, place{label(m, "domain"), label(m, "op"), "total", m.GetCounter().GetValue()})
+		}
+		for _, m := range fams["fspair_disk_guest_request_duration_seconds"].GetMetric() {
+			got = append(got, place{label(m, "domain"), label(m, "op"), "sum", m.GetHistogram().GetSampleSum()})
+		}
+		for _, m := range fams["fspair_disk_guest_request_errors_total"].GetMetric() {
+			errs = append(errs, fmt.Sprintf("%s/%s=%g", label(m, "domain"), label(m, "op"), m.GetCounter().GetValue()))
+		}
+		slices.SortFunc(got, func(a, b place) int { return strings.Compare(a.domain+a.op, b.domain+b.op) })
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the guest's time\n got  %v\n want %v", format, got, want)
+		}
+		if !reflect.DeepEqual(errs, wantErrors) {
+			t.Errorf("%s: errors series %v, want %v", format, errs, wantErrors)
+		}
+	}
+	check("text", parseText(t, guestDirect(t, inv, k, g)))
+	for _, mode := range []Histograms{HistogramsNative, HistogramsClassic} {
+		check(fmt.Sprintf("protobuf, mode %d", mode), byName(protoWithGuest(t, inv, k, g, mode)))
 	}
 }

@@ -15,11 +15,10 @@ import (
 // libvirtFields names, for each counter of Stats and operation, the
 // VIR_DOMAIN_STATS_BLOCK field after "block.<n>." (libvirt's
 // virConnectGetAllDomainStats documentation); "" where libvirt has none:
-// no failed or merged counts, no discards.
+// no failed counts, no discards.
 var libvirtFields = [numFields][NumOps]string{
 	{"rd.reqs", "wr.reqs", "fl.reqs", ""},
 	{"rd.bytes", "wr.bytes", "", ""},
-	{"", "", "", ""},
 	{"", "", "", ""},
 	{"rd.times", "wr.times", "fl.times", ""},
 }

@@ -261,7 +261,6 @@ func wantQMPStats(base uint64) Stats {
 	s.Requests = [NumOps]Counter{c(4), c(5), c(6), c(7)}
 	s.Bytes = [NumOps]Counter{c(0), c(1), {}, c(2)}
 	s.Failed = [NumOps]Counter{c(19), c(20), c(21), c(22)}
-	s.Merged = [NumOps]Counter{c(15), c(16), {}, c(17)}
 	s.TimeNs = [NumOps]Counter{c(9), c(10), c(11), c(12)}
 	return s
 }

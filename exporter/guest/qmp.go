@@ -221,7 +221,6 @@ var qmpFields = [numFields][NumOps]string{
 	{"rd_operations", "wr_operations", "flush_operations", "unmap_operations"},
 	{"rd_bytes", "wr_bytes", "", "unmap_bytes"},
 	{"failed_rd_operations", "failed_wr_operations", "failed_flush_operations", "failed_unmap_operations"},
-	{"rd_merged", "wr_merged", "", "unmap_merged"},
 	{"rd_total_time_ns", "wr_total_time_ns", "flush_total_time_ns", "unmap_total_time_ns"},
 }
 

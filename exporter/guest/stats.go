@@ -131,7 +131,6 @@ func set(v uint64) Counter { return Counter{V: v, OK: true} }
 //	Requests            rd/wr/flush/unmap_operations       rd.reqs, wr.reqs, fl.reqs
 //	Bytes               rd/wr/unmap_bytes                  rd.bytes, wr.bytes
 //	Failed              failed_rd/wr/flush/unmap_operations  -
-//	Merged              rd/wr/unmap_merged                 -
 //	TimeNs              rd/wr/flush/unmap_total_time_ns    rd.times, wr.times, fl.times
 //
 // Latency holds the histograms, read with the counters in one query: QMP's
@@ -140,9 +139,15 @@ func set(v uint64) Counter { return Counter{V: v, OK: true} }
 // included (block_account_one_io() in QEMU's block/accounting.c), so its
 // count grows as Requests plus Failed do, and equals them only from the
 // VM's start.
+//
+// QEMU's rd/wr/unmap_merged (guest requests it merged into an adjacent one
+// before issuing it to the image file) are not read: no rule, panel or
+// alert used them, and the guest's requests less the image file's
+// (fspair_disk_requests_total) show the merging (BENCHMARKS.md, "Guest
+// latency histograms").
 type Stats struct {
-	Requests, Bytes, Failed, Merged, TimeNs [NumOps]Counter
-	Latency                                 [NumOps]Histogram
+	Requests, Bytes, Failed, TimeNs [NumOps]Counter
+	Latency                         [NumOps]Histogram
 }
 
 // The counters of Stats by index, for the tables that name each source's
@@ -151,13 +156,12 @@ const (
 	fieldRequests = iota
 	fieldBytes
 	fieldFailed
-	fieldMerged
 	fieldTime
 	numFields
 )
 
 func (s *Stats) field(f int) *[NumOps]Counter {
-	return [numFields]*[NumOps]Counter{&s.Requests, &s.Bytes, &s.Failed, &s.Merged, &s.TimeNs}[f]
+	return [numFields]*[NumOps]Counter{&s.Requests, &s.Bytes, &s.Failed, &s.TimeNs}[f]
 }
 
 // Reading is one successful read of a disk's guest statistics.

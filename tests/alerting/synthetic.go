@@ -515,13 +515,13 @@ func (t *SyntheticTarget) Exposition() []byte {
 		e.add("fspair_disk_guest_info", "gauge", with(l, "source", "qmp", "status", "ok", "histogram", "ok"), 1)
 		e.add("fspair_disk_guest_last_read_timestamp_seconds", "gauge", l, float64(t.now().Unix()))
 		for _, g := range []struct {
-			op                       string
-			n, merged, bytes, timeNs float64
+			op               string
+			n, bytes, timeNs float64
 		}{
-			{"read", reads * 1.25, reads * 0.25, rbytes, reads * 1.25 * (w.ReadLatency + guestOverhead)},
-			{"write", writes * 1.25, writes * 0.25, wbytes, writes * 1.25 * (w.WriteLatency + guestOverhead)},
-			{"flush", flushes * 1.5, 0, 0, flushes*w.FlushLatency + flushes*1.5*guestOverhead},
-			{"discard", 0, 0, 0, 0},
+			{"read", reads * 1.25, rbytes, reads * 1.25 * (w.ReadLatency + guestOverhead)},
+			{"write", writes * 1.25, wbytes, writes * 1.25 * (w.WriteLatency + guestOverhead)},
+			{"flush", flushes * 1.5, 0, flushes*w.FlushLatency + flushes*1.5*guestOverhead},
+			{"discard", 0, 0, 0},
 		} {
 			gl := with(l, "op", g.op)
 			e.add("fspair_disk_guest_requests_total", "counter", gl, math.Floor(g.n))
@@ -541,7 +541,6 @@ func (t *SyntheticTarget) Exposition() []byte {
 			}
 			if g.op != "flush" {
 				e.add("fspair_disk_guest_bytes_total", "counter", gl, math.Floor(g.bytes))
-				e.add("fspair_disk_guest_merged_requests_total", "counter", gl, math.Floor(g.merged))
 			}
 		}
 		e.add("fspair_disk_image_extents", "gauge", l, 64)

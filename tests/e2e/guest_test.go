@@ -20,9 +20,14 @@ import (
 //  1. guest = blockstats: fspair's fspair_disk_guest_* series equal QEMU's
 //     query-blockstats of the device exactly (asked by the test over its own
 //     QMP connection, or through libvirt for a domain), for every counter
-//     the disk's source gives, and the ones it lacks are absent;
+//     the disk's source gives, and the ones it lacks are absent; an
+//     operation's failures only once QEMU counted one, and its total time
+//     once: as the latency histogram's sum where the exporter writes the
+//     histogram, else as fspair_disk_guest_request_duration_seconds_total;
 //  2. image file = guest - merged: fspair's image-file reads and writes in
-//     the test's window equal the guest's minus those QEMU merged;
+//     the test's window equal the guest's minus those QEMU merged (its
+//     rd_merged and wr_merged, from the test's own query-blockstats: the
+//     exporter does not export them);
 //  3. image-file flushes = the VMM's flush calls: fspair's image-file
 //     flushes equal the fdatasync/fsync calls strace saw QEMU make on the
 //     image, plus the IORING_OP_FSYNC requests the kernel's io_uring trace
@@ -201,14 +206,20 @@ func pathJobs(dev string) []string {
 	}
 }
 
-// guestOps are the op label values and QEMU's counters of each, and which
-// a libvirt source gives.
+// guestField is a guest family's series of one op and QEMU's counter of
+// it, and whether a libvirt source gives it.
 type guestField struct {
 	family, op string
 	libvirt    bool
 	get        func(s *lab.BlockIOStats) uint64
 	seconds    bool
 }
+
+const (
+	guestErrors    = "fspair_disk_guest_request_errors_total"
+	guestTimeTotal = "fspair_disk_guest_request_duration_seconds_total"
+	guestLatency   = "fspair_disk_guest_request_duration_seconds"
+)
 
 var guestFields = []guestField{
 	{"fspair_disk_guest_requests_total", "read", true, func(s *lab.BlockIOStats) uint64 { return s.RdOperations }, false},
@@ -218,45 +229,54 @@ var guestFields = []guestField{
 	{"fspair_disk_guest_bytes_total", "read", true, func(s *lab.BlockIOStats) uint64 { return s.RdBytes }, false},
 	{"fspair_disk_guest_bytes_total", "write", true, func(s *lab.BlockIOStats) uint64 { return s.WrBytes }, false},
 	{"fspair_disk_guest_bytes_total", "discard", false, func(s *lab.BlockIOStats) uint64 { return s.UnmapBytes }, false},
-	{"fspair_disk_guest_merged_requests_total", "read", false, func(s *lab.BlockIOStats) uint64 { return s.RdMerged }, false},
-	{"fspair_disk_guest_merged_requests_total", "write", false, func(s *lab.BlockIOStats) uint64 { return s.WrMerged }, false},
-	{"fspair_disk_guest_merged_requests_total", "discard", false, func(s *lab.BlockIOStats) uint64 { return s.UnmapMerged }, false},
-	{"fspair_disk_guest_request_errors_total", "read", false, func(s *lab.BlockIOStats) uint64 { return s.FailedRd }, false},
-	{"fspair_disk_guest_request_errors_total", "write", false, func(s *lab.BlockIOStats) uint64 { return s.FailedWr }, false},
-	{"fspair_disk_guest_request_errors_total", "flush", false, func(s *lab.BlockIOStats) uint64 { return s.FailedFlush }, false},
-	{"fspair_disk_guest_request_errors_total", "discard", false, func(s *lab.BlockIOStats) uint64 { return s.FailedUnmap }, false},
-	{"fspair_disk_guest_request_duration_seconds_total", "read", true, func(s *lab.BlockIOStats) uint64 { return s.RdTotalTimeNs }, true},
-	{"fspair_disk_guest_request_duration_seconds_total", "write", true, func(s *lab.BlockIOStats) uint64 { return s.WrTotalTimeNs }, true},
-	{"fspair_disk_guest_request_duration_seconds_total", "flush", true, func(s *lab.BlockIOStats) uint64 { return s.FlushTotalTime }, true},
-	{"fspair_disk_guest_request_duration_seconds_total", "discard", false, func(s *lab.BlockIOStats) uint64 { return s.UnmapTotalTime }, true},
+	{guestErrors, "read", false, func(s *lab.BlockIOStats) uint64 { return s.FailedRd }, false},
+	{guestErrors, "write", false, func(s *lab.BlockIOStats) uint64 { return s.FailedWr }, false},
+	{guestErrors, "flush", false, func(s *lab.BlockIOStats) uint64 { return s.FailedFlush }, false},
+	{guestErrors, "discard", false, func(s *lab.BlockIOStats) uint64 { return s.FailedUnmap }, false},
+	{guestTimeTotal, "read", true, func(s *lab.BlockIOStats) uint64 { return s.RdTotalTimeNs }, true},
+	{guestTimeTotal, "write", true, func(s *lab.BlockIOStats) uint64 { return s.WrTotalTimeNs }, true},
+	{guestTimeTotal, "flush", true, func(s *lab.BlockIOStats) uint64 { return s.FlushTotalTime }, true},
+	{guestTimeTotal, "discard", false, func(s *lab.BlockIOStats) uint64 { return s.UnmapTotalTime }, true},
 }
 
 // guestMismatch compares the exporter's guest series of a disk with QEMU's
 // counters: "" when every series the source gives equals QEMU's (the time
 // in seconds as the exporter computes it from nanoseconds) and the others
-// are absent, the discard ones too while QEMU's unmap counters are all 0
-// (the guest never discarded; QEMU 7.2's virtio-blk counts no discards).
+// are absent: the discard ones too while QEMU's unmap counters are all 0
+// (the guest never discarded; QEMU 7.2's virtio-blk counts no discards),
+// an operation's errors while QEMU counted no failure of it, and an
+// operation's total time where the exporter writes its latency histogram,
+// whose sum must then be QEMU's total time.
 func guestMismatch(s scrape, file, source string, b *lab.BlockIOStats) string {
 	var diffs []string
-	discarded := b.UnmapOperations|b.UnmapBytes|b.UnmapMerged|b.FailedUnmap|b.UnmapTotalTime != 0
+	discarded := b.UnmapOperations|b.UnmapBytes|b.FailedUnmap|b.UnmapTotalTime != 0
 	for _, f := range guestFields {
-		ms := s.series(f.family, map[string]string{"source_file": file, "op": f.op})
+		k := map[string]string{"source_file": file, "op": f.op}
+		ms := s.series(f.family, k)
+		want := float64(f.get(b))
+		if f.seconds {
+			want = float64(f.get(b)) / 1e9
+		}
+		hist := s.series(guestLatency, k)
 		absent := ""
 		switch {
 		case source == "libvirt" && !f.libvirt:
 			absent = "libvirt does not give it"
 		case f.op == "discard" && !discarded:
 			absent = "QEMU counted no discard"
+		case f.family == guestErrors && want == 0:
+			absent = "QEMU counted no failure"
+		case f.family == guestTimeTotal && len(hist) != 0:
+			absent = "the latency histogram carries it"
+			if got := hist[0].GetHistogram().GetSampleSum(); len(hist) != 1 || got != want {
+				diffs = append(diffs, fmt.Sprintf("%s{op=%s}: %d series, sum %v, QEMU's time %v", guestLatency, f.op, len(hist), got, want))
+			}
 		}
 		if absent != "" {
 			if len(ms) != 0 {
 				diffs = append(diffs, fmt.Sprintf("%s{op=%s} present; %s", f.family, f.op, absent))
 			}
 			continue
-		}
-		want := float64(f.get(b))
-		if f.seconds {
-			want = float64(f.get(b)) / 1e9
 		}
 		if len(ms) != 1 {
 			diffs = append(diffs, fmt.Sprintf("%s{op=%s}: %d series", f.family, f.op, len(ms)))

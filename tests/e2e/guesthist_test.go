@@ -29,7 +29,8 @@ import (
 //
 //   - the increase of fspair_disk_guest_request_duration_seconds' count
 //     equals the increase of the guest's requests plus failed requests, as
-//     fspair exports them (libvirt gives no failed requests: none failed)
+//     fspair exports them (an operation's failures have no series before
+//     the first: none failed; libvirt gives none)
 //     and as QEMU's query-blockstats (asked by the test) counts them,
 //     exactly, and is at least fio's request count;
 //   - fio's completion-latency p99 is above the lower bound of the
@@ -217,6 +218,9 @@ func (r histRun) ops(t *testing.T, file string) []histOp {
 	} {
 		k := map[string]string{"source_file": file, "op": c.op}
 		count := r.s1.value(t, "fspair_disk_guest_request_duration_seconds", k) - r.s0.value(t, "fspair_disk_guest_request_duration_seconds", k)
+		// An operation's errors series starts with its first failure:
+		// absent is 0 (value's 0 for no series), as QEMU's failed count
+		// beside it says.
 		reqs := r.s1.value(t, "fspair_disk_guest_requests_total", k) + r.s1.value(t, "fspair_disk_guest_request_errors_total", k) -
 			r.s0.value(t, "fspair_disk_guest_requests_total", k) - r.s0.value(t, "fspair_disk_guest_request_errors_total", k)
 		if count != reqs || count != float64(c.qemu1-c.qemu0) {

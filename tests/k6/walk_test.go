@@ -109,6 +109,17 @@ var configCounters = []struct {
 	{"fspair_disk_host_cache_reads_total", "cache", []string{"writeback", "writethrough", "unsafe"}},
 }
 
+// readsFamily is a reason's why for every query whose template reads a
+// family (name or prefix): reason for those, whatever the facts.
+func readsFamily(name, reason string) func(q Query, _ walkFacts) string {
+	return func(q Query, _ walkFacts) string {
+		if strings.Contains(q.Template, name) {
+			return reason
+		}
+		return ""
+	}
+}
+
 // expectedEmpty is the short list of queries that cannot return data on
 // the demo's Prometheus after a few minutes, whatever the demo does; every
 // other query must.
@@ -116,12 +127,7 @@ var expectedEmpty = []emptyReason{
 	{
 		summary: "k6 series (the VM disk dashboard's load-test row): k6 writes them into Prometheus only during " +
 			"`make loadtest` (TestLoad, remote write); the demo runs no load test",
-		why: func(q Query, _ walkFacts) string {
-			if strings.Contains(q.Template, "k6_http_") {
-				return "written by k6 during make loadtest only"
-			}
-			return ""
-		},
+		why: readsFamily("k6_http_", "written by k6 during make loadtest only"),
 	},
 	{
 		summary: "copies of a row repeated per workload class (fleet: class, knowledge base: workload) for a class " +
@@ -164,6 +170,11 @@ var expectedEmpty = []emptyReason{
 			}
 			return ""
 		},
+	},
+	{
+		summary: "request errors on the image file (VM disk dashboard: Request errors): an operation's series starts " +
+			"with the disk's first failed request (README, Metrics), and the demo's disks fail none",
+		why: readsFamily("fspair_disk_request_errors_total", "no request of the disk has failed: no fspair_disk_request_errors_total"),
 	},
 	{
 		summary: "the guest's latency histograms (VM disk dashboard: the heatmaps of the first row) for a domain none " +
@@ -610,6 +621,25 @@ func TestEmptyReasonGuestHistogram(t *testing.T) {
 		q := Query{Expr: c.expr, Template: c.expr}
 		if got := reason.why(q, f) != ""; got != c.empty {
 			t.Errorf("%s: allowed empty %v, want %v (%q)", c.expr, got, c.empty, reason.why(q, f))
+		}
+	}
+}
+
+// TestEmptyReasonErrors: the image file's errors may be empty (no request
+// failed); the requests beside them may not.
+func TestEmptyReasonErrors(t *testing.T) {
+	reason := expectedReason(t, "request errors on the image file")
+	for _, c := range []struct {
+		expr  string
+		empty bool
+	}{
+		{`sum by (op) (rate(fspair_disk_request_errors_total{domain="demo-web", target_device="vda"}[1m]))`, true},
+		{`sum by (op) (rate(fspair_disk_requests_total{domain="demo-web", target_device="vda"}[1m]))`, false},
+		{`sum(rate(fspair_disk_guest_requests_total{domain="demo-web"}[1m]))`, false},
+	} {
+		q := Query{Expr: c.expr, Template: c.expr}
+		if got := reason.why(q, walkFacts{}) != ""; got != c.empty {
+			t.Errorf("%s: allowed empty %v, want %v", c.expr, got, c.empty)
 		}
 	}
 }

@@ -27,7 +27,7 @@ type Snapshot struct {
 	Info           map[string]string  `json:"info,omitempty"`  // labels of fspair_disk_info
 	Requests       map[string]float64 `json:"requests"`        // fspair_disk_requests_total by op
 	Bytes          map[string]float64 `json:"bytes"`           // fspair_disk_bytes_total by op
-	Errors         map[string]float64 `json:"errors"`          // fspair_disk_request_errors_total by op
+	Errors         map[string]float64 `json:"errors"`          // fspair_disk_request_errors_total by op (absent before its first failure: 0)
 	Sequential     map[string]float64 `json:"sequential"`      // fspair_disk_sequential_requests_total by op (read, write)
 	Random         map[string]float64 `json:"random"`          // fspair_disk_random_requests_total by op
 	SyncWrites     map[string]float64 `json:"sync_writes"`     // fspair_disk_sync_writes_total by mode

@@ -20,9 +20,13 @@ func exposition(file string, c map[string]float64) string {
 	for _, op := range []string{"read", "write", "flush"} {
 		fmt.Fprintf(&b, "fspair_disk_requests_total{%s,op=%q} %g\n", k, op, c["req_"+op])
 	}
+	// As the exporter writes them: an operation's errors series only
+	// from its first failure.
 	b.WriteString("# TYPE fspair_disk_request_errors_total counter\n")
 	for _, op := range []string{"read", "write", "flush"} {
-		fmt.Fprintf(&b, "fspair_disk_request_errors_total{%s,op=%q} %g\n", k, op, c["err_"+op])
+		if c["err_"+op] != 0 {
+			fmt.Fprintf(&b, "fspair_disk_request_errors_total{%s,op=%q} %g\n", k, op, c["err_"+op])
+		}
 	}
 	b.WriteString("# TYPE fspair_disk_bytes_total counter\n")
 	for _, op := range []string{"read", "write"} {
@@ -96,7 +100,9 @@ func TestCompute(t *testing.T) {
 	}
 	// Failed writes are issued writes: a synchronous write counted at
 	// submission that then fails keeps the share at most 1.
-	// +100 completed and +50 failed writes, 150 of them synchronous.
+	// +100 completed and +50 failed writes, 150 of them synchronous; no
+	// errors series in a (none failed yet), and none of read or flush in
+	// the second snapshot: absent counts as 0.
 	c := map[string]float64{"req_write": 150, "err_write": 50, "sync_flush": 150, "req_flush": 55, "req_read": 400}
 	e := Compute(a, snapshot(t, "/img/a.raw", t0.Add(10*time.Second), c))
 	if e[FeatSyncWriteShare] != 1 || math.Abs(e[FeatFlushesPerWrite]-1.0/3) > 1e-12 || math.Abs(e[FeatReadShare]-2.0/3) > 1e-12 {
