@@ -3,8 +3,8 @@ package main
 // What the demo prints of the guest's latency: per VM disk and operation,
 // the 99th percentile of what the guest's requests took over 5m and the
 // layer below that holds most of the guest's time (vmm, host_fs or device,
-// with its share), read back from the rules of the fspair.guest group
-// (rules/README.md); for a disk without a guest histogram, why not, as
+// with its share), read back from the rules: the p99 from the
+// fspair.guest.quantiles group, the layer from fspair.guest (rules/README.md); for a disk without a guest histogram, why not, as
 // fspair_disk_guest_info's histogram label says.
 
 import (
