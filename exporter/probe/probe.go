@@ -1251,13 +1251,9 @@ func (p *Probes) Close() error {
 // (blockCachesPlugTime), host_rq_issue is attached to note it.
 func (p *Probes) TrackDevice(dev, slot uint32) error {
 	if !queueKeepsIssueTime(dev) || blockCachesPlugTime() {
-		p.mu.Lock()
-		for _, pr := range p.programs {
-			if pr.Pending && pr.Name == bpf.HostProgHostRqIssue {
-				p.attach(pr)
-			}
+		if err := p.noteIssues(); err != nil {
+			return err
 		}
-		p.mu.Unlock()
 	}
 	if err := p.host.DeviceStats.Put(slot, bpf.HostDeviceCounters{}); err != nil {
 		return fmt.Errorf("reset device slot %d: %w", slot, err)
@@ -1269,6 +1265,29 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	defer p.mu.Unlock()
 	p.devs[uint64(dev)] = slot
 	return p.writeDevices()
+}
+
+// noteIssues attaches host_rq_issue, if it is not yet, and then tells
+// host_rq_complete to look the issue times it notes up (rq_issue_noted in
+// bpf/host.bpf.c): until then the completion reads the block layer's own.
+func (p *Probes) noteIssues() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.programs {
+		if pr.Name != bpf.HostProgHostRqIssue {
+			continue
+		}
+		if pr.Pending {
+			p.attach(pr)
+		}
+		if !pr.Attached {
+			return nil // logged by attach; the completion goes on without it
+		}
+		if err := p.hostVars.RqIssueNoted.Set(uint32(1)); err != nil {
+			return fmt.Errorf("set rq_issue_noted: %w", err)
+		}
+	}
+	return nil
 }
 
 // writeDevices gives the block programs the followed devices, their first
