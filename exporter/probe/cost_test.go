@@ -189,8 +189,8 @@ func fioIOs(b *testing.B, args ...string) uint64 {
 }
 
 func engineCost(b *testing.B, p *Probes, path, engine string) {
-	var requests, total float64
-	perProg := map[string]float64{}
+	var requests float64
+	times := progTimes{}
 	for i := 0; i < b.N; i++ {
 		before, c0 := p.runTimes(b), counters(b, p)
 		want := fioIOs(b, "--name=cost", "--filename="+path, "--ioengine="+engine, "--direct=1",
@@ -202,13 +202,27 @@ func engineCost(b *testing.B, p *Probes, path, engine string) {
 			b.Fatalf("fio %s: %d reads and writes counted, fio did %d", engine, rw, want)
 		}
 		requests += float64(rw + c1.Requests[opFlush] - c0.Requests[opFlush])
-		for name, ns := range p.runTimes(b) {
-			d := float64(ns - before[name])
-			perProg[name] += d
-			total += d
-		}
+		times.add(b, p, before)
 	}
-	for name, ns := range perProg {
+	times.report(b, requests)
+}
+
+// progTimes is each program's run time (ns) summed over a benchmark's runs.
+type progTimes map[string]float64
+
+// add adds each program's run time since before.
+func (t progTimes) add(b *testing.B, p *Probes, before map[string]uint64) {
+	for name, ns := range p.runTimes(b) {
+		t[name] += float64(ns - before[name])
+	}
+}
+
+// report reports each program's time per request (those of 1 ns or more)
+// and all programs' (bpf-ns/req).
+func (t progTimes) report(b *testing.B, requests float64) {
+	var total float64
+	for name, ns := range t {
+		total += ns
 		if d := ns / requests; d >= 1 {
 			b.ReportMetric(d, strings.ReplaceAll(name, "_", "-")+"-ns/req")
 		}

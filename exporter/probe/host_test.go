@@ -16,7 +16,7 @@ import (
 )
 
 // kernelDev is the kernel's dev_t (major << 20 | minor) of a block device node.
-func kernelDev(t *testing.T, node string) uint32 {
+func kernelDev(t testing.TB, node string) uint32 {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Stat(node, &st); err != nil {

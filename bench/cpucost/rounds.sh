@@ -1,0 +1,43 @@
+#!/bin/bash
+# Rotated rounds of exporter/probe's BenchmarkCPUCost (tracepoint mode, this
+# host's CPUs, no guest): the shipped build (atomic adds) against an
+# experiment whose counter adds are plain (bpf/fspair.h FSPAIR_PLAIN_ADD,
+# wrong under concurrency, never shipped), one test binary each, alternating
+# which runs first each round. Each run takes the lab lock.
+#
+#   bash bench/cpucost/rounds.sh ROUNDS OUT
+#
+# The plain build is generated in a copy of the tree (the worktree's
+# bpf/obj stays as committed).
+set -euo pipefail
+rounds=${1:-6}
+out=${2:-bench/results-cpucost-41.txt}
+root=$(git rev-parse --show-toplevel)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cd "$root"
+nice -n 10 go test -c -o "$work/atomic.test" ./exporter/probe
+mkdir "$work/tree"
+git ls-files -z | xargs -0 tar -cf - | tar -C "$work/tree" -xf -
+sed -i 's/-mcpu=v3"/-mcpu=v3 -DFSPAIR_PLAIN_ADD"/' "$work/tree/bpf/obj/gen.go"
+(cd "$work/tree" && nice -n 10 go generate ./bpf/obj && nice -n 10 go test -c -o "$work/plain.test" ./exporter/probe)
+if objdump_out=$(llvm-objdump -d "$work/tree/bpf/obj/disk_bpfel.o" "$work/tree/bpf/obj/host_bpfel.o" 2>/dev/null); then
+	if grep -q 'lock \*' <<<"$objdump_out"; then
+		echo "the plain build still has atomic adds" >&2
+		exit 1
+	fi
+fi
+
+{
+	echo "# exporter/probe BenchmarkCPUCost, tracepoint mode, $(nproc) CPUs; atomic = $(git rev-parse --short HEAD) as built, plain = the same with -DFSPAIR_PLAIN_ADD. $rounds rounds, the variants' order alternating; each run under flock /var/tmp/fspair-lab.lock."
+	echo "# host: $(uname -r), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$out"
+for r in $(seq 1 "$rounds"); do
+	if ((r % 2)); then order="atomic plain"; else order="plain atomic"; fi
+	for v in $order; do
+		echo "### $v round $r $(date -u +%Y-%m-%dT%H:%M:%SZ)" | tee -a "$out"
+		flock /var/tmp/fspair-lab.lock "$work/$v.test" -test.run '^$' -test.bench 'CPUCost/tracepoint' \
+			-test.benchtime 1x -test.count 1 2>&1 | grep -E '^Benchmark' | tee -a "$out"
+	done
+done
