@@ -12,7 +12,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-METRICS = ["bpf-ns/req", "req/s", "dio-rw-begin-ns/req", "dio-complete-ns/req",
+METRICS = ["bpf-ns/req", "req/s", "lost-writes", "dio-rw-begin-ns/req", "dio-complete-ns/req",
            "host-rq-complete-ns/req", "xfs-buffered-write-ns/req", "host-dirty-folio-ns/req"]
 
 runs = defaultdict(lambda: defaultdict(dict))  # case -> metric -> (build, round) -> value
@@ -43,7 +43,7 @@ for case, metrics in runs.items():
                 cells.append(f"{b} {statistics.median(xs):,.0f} ({min(xs):,.0f}-{max(xs):,.0f}, n={len(xs)})")
         rounds = sorted({r for _, r in vals})
         ratios = [vals[("plain", r)] / vals[("atomic", r)] for r in rounds
-                  if ("plain", r) in vals and ("atomic", r) in vals]
+                  if ("plain", r) in vals and vals.get(("atomic", r))]
         ratio = ""
         if ratios:
             ratio = f"; plain/atomic median {statistics.median(ratios):.3f} [{' '.join(f'{x:.2f}' for x in ratios)}]"
