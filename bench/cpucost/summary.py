@@ -5,7 +5,7 @@
 
 For each case (workload/jobs) and metric (bpf-ns/req, req/s and the named
 programs' ns/req): each build's median (min-max) over the rounds, and
-plain/atomic round by round (the two runs of a round are paired).
+each other build over atomic round by round (the runs of a round are paired).
 """
 import re
 import statistics
@@ -42,9 +42,12 @@ for case, metrics in runs.items():
             if xs:
                 cells.append(f"{b} {statistics.median(xs):,.0f} ({min(xs):,.0f}-{max(xs):,.0f}, n={len(xs)})")
         rounds = sorted({r for _, r in vals})
-        ratios = [vals[("plain", r)] / vals[("atomic", r)] for r in rounds
-                  if ("plain", r) in vals and vals.get(("atomic", r))]
         ratio = ""
-        if ratios:
-            ratio = f"; plain/atomic median {statistics.median(ratios):.3f} [{' '.join(f'{x:.2f}' for x in ratios)}]"
+        for other in builds:
+            if other == "atomic":
+                continue
+            ratios = [vals[(other, r)] / vals[("atomic", r)] for r in rounds
+                      if (other, r) in vals and vals.get(("atomic", r))]
+            if ratios:
+                ratio += f"; {other}/atomic median {statistics.median(ratios):.3f} [{' '.join(f'{x:.2f}' for x in ratios)}]"
         print(f"  {metric}: {'; '.join(cells)}{ratio}")

@@ -124,7 +124,7 @@ func (p *Probes) runStats(b *testing.B) map[string]ebpf.ProgramStats {
 //
 //	go test ./exporter/probe -run '^$' -bench EngineCost/tracepoint -benchtime 1x -count 3
 func BenchmarkEngineCost(b *testing.B) {
-	fioCostModes(b, func(b *testing.B, p *Probes) {
+	fioCostModes(b, false, func(b *testing.B, p *Probes) {
 		f := followedExt4(b, p)
 		followForAll(b, p, f, 128<<20)
 		for _, engine := range []string{"psync", "libaio", "io_uring"} {
@@ -135,13 +135,13 @@ func BenchmarkEngineCost(b *testing.B) {
 
 // fioCostModes runs bench in each mode that loads here, with the programs
 // loaded as the exporter loads them and their run-time statistics on.
-func fioCostModes(b *testing.B, bench func(*testing.B, *Probes)) {
+func fioCostModes(b *testing.B, perCPU bool, bench func(*testing.B, *Probes)) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		b.Fatal("fio is needed (make test-deps installs it)")
 	}
 	for _, m := range []Mode{ModeFentry, ModeTracepoint} {
 		b.Run(string(m), func(b *testing.B) {
-			p, err := Load(Options{Mode: m, Stats: true})
+			p, err := Load(Options{Mode: m, Stats: true, perCPUCounters: perCPU})
 			if err != nil {
 				b.Skipf("mode %s: %v", m, err)
 			}
@@ -242,7 +242,7 @@ func (t progTimes) report(b *testing.B, requests float64) {
 //
 //	go test ./exporter/probe -run '^$' -bench UntrackedCost/tracepoint -benchtime 1x -count 3
 func BenchmarkUntrackedCost(b *testing.B) {
-	fioCostModes(b, func(b *testing.B, p *Probes) {
+	fioCostModes(b, false, func(b *testing.B, p *Probes) {
 		other := filepath.Join(filepath.Dir(followedExt4(b, p).Name()), "other.dat")
 		for _, w := range []struct{ name, rw, direct, fsync string }{
 			{"randwrite-cached", "randwrite", "0", "64"},

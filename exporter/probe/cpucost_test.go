@@ -2,6 +2,7 @@ package probe
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,11 @@ import (
 
 	bpf "github.com/fspair/fspair/bpf/obj"
 )
+
+// perCPUCounters loads BenchmarkCPUCost's programs with the disk's counters
+// in a per-CPU array (Options.perCPUCounters), a third layout beside the
+// two builds.
+var perCPUCounters = flag.Bool("cpucost.percpu", false, "BenchmarkCPUCost: the disk's counters in a per-CPU array")
 
 // BenchmarkCPUCost: what the disk's counters, shared by every CPU, cost
 // when requests on them come from two CPUs at once, without a guest: fio
@@ -36,7 +42,7 @@ import (
 //
 //	go test ./exporter/probe -run '^$' -bench CPUCost/tracepoint -benchtime 1x -count 1
 func BenchmarkCPUCost(b *testing.B) {
-	fioCostModes(b, func(b *testing.B, p *Probes) {
+	fioCostModes(b, *perCPUCounters, func(b *testing.B, p *Probes) {
 		loop, mnt := loopFS(b, "mkfs.xfs", 1024)
 		images := []string{filepath.Join(mnt, "a.img"), filepath.Join(mnt, "b.img")}
 		for i, path := range images {

@@ -60,6 +60,11 @@ type Options struct {
 	// a sample (SHAPE_SAMPLE in bpf/disk.h). Only the package's tests set
 	// it: they check the buckets of single requests.
 	shapeAll bool
+	// perCPUCounters loads disk_stats as a per-CPU array (each CPU adds
+	// to its own copy of a disk's counters, summed when read): an
+	// experiment's layout, for BenchmarkCPUCost only (BENCHMARKS.md,
+	// "Many CPUs"); the exporter's is the shared array.
+	perCPUCounters bool
 }
 
 // Program is one BPF program and whether it runs.
@@ -204,6 +209,9 @@ func Load(opts Options) (*Probes, error) {
 	syms := kallsyms("aio_complete_rw", "io_complete_rw", "io_complete_rw_iopoll", "iomap_dio_bio_end_io", "bio_chain_endio")
 	if err := setConstants(&specs, kernel, syms, opts.followSelf); err != nil {
 		return nil, err
+	}
+	if opts.perCPUCounters {
+		specs.DiskStats.Type, specs.DiskStats.Flags = ebpf.PerCPUArray, 0
 	}
 	if opts.shapeAll {
 		if err := specs.ShapeSampleMask.Set(uint32(0)); err != nil {
@@ -1091,7 +1099,11 @@ func (p *Probes) Untrack(inode uint64, slot uint32) error {
 }
 
 func (p *Probes) reset(slot uint32) error {
-	if err := p.objs.DiskStats.Put(slot, bpf.DiskCounters{}); err != nil {
+	var zero any = bpf.DiskCounters{}
+	if p.objs.DiskStats.Type() == ebpf.PerCPUArray {
+		zero = make([]bpf.DiskCounters, ebpf.MustPossibleCPU())
+	}
+	if err := p.objs.DiskStats.Put(slot, zero); err != nil {
 		return fmt.Errorf("reset counters of slot %d: %w", slot, err)
 	}
 	if err := p.objs.DiskSeek.Put(slot, bpf.DiskSeekState{}); err != nil {
@@ -1183,11 +1195,33 @@ func (p *Probes) SetProcesses(tgids []uint32, all bool) error {
 func (p *Probes) Counters(slot uint32) (Counters, error) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
-	if err := lookupInto(p.objs.DiskStats, slot, &p.diskBuf); err != nil {
+	if p.objs.DiskStats.Type() == ebpf.PerCPUArray {
+		if err := p.sumPerCPU(slot); err != nil {
+			return Counters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
+		}
+	} else if err := lookupInto(p.objs.DiskStats, slot, &p.diskBuf); err != nil {
 		return Counters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
 	}
 	p.counters.from(&p.diskBuf)
 	return p.counters, nil
+}
+
+// sumPerCPU reads a disk's counters of the per-CPU layout (perCPUCounters)
+// into diskBuf, the CPUs' copies summed word by word (every field is a u64).
+func (p *Probes) sumPerCPU(slot uint32) error {
+	var per []bpf.DiskCounters
+	if err := p.objs.DiskStats.Lookup(slot, &per); err != nil {
+		return err
+	}
+	const words = unsafe.Sizeof(bpf.DiskCounters{}) / 8
+	sum := (*[words]uint64)(unsafe.Pointer(&p.diskBuf))
+	*sum = [words]uint64{}
+	for i := range per {
+		for w, v := range (*[words]uint64)(unsafe.Pointer(&per[i])) {
+			sum[w] += v
+		}
+	}
+	return nil
 }
 
 // lookupInto copies the value at key of m straight into *dst, which lives
