@@ -13,8 +13,8 @@
 #else
 /*
  * An experiment, never the default (BENCHMARKS.md, "Many CPUs"): a load and
- * a store, which loses updates when two CPUs add at once; the best a
- * per-CPU layout could do without its per-CPU lookup.
+ * a store, which loses updates when two CPUs add at once: the lock's own
+ * cost taken away, the lines still shared (their transfers still paid).
  */
 #define inc(p, v) ({ typeof(*(p)) __old = *(p); *(p) = __old + (v); __old; })
 #endif
