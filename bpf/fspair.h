@@ -7,8 +7,17 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-/* Atomic add on a map value shared by all CPUs (lock xadd). */
+#ifndef FSPAIR_PLAIN_ADD
+/* Atomic add on a map value shared by all CPUs (lock xadd); yields the old value. */
 #define inc(p, v) __sync_fetch_and_add((p), (v))
+#else
+/*
+ * An experiment, never the default (BENCHMARKS.md, "Many CPUs"): a load and
+ * a store, which loses updates when two CPUs add at once: the lock's own
+ * cost taken away, the lines still shared (their transfers still paid).
+ */
+#define inc(p, v) ({ typeof(*(p)) __old = *(p); *(p) = __old + (v); __old; })
+#endif
 
 /*
  * v & mask, computed where the verifier sees it: the empty asm hides the

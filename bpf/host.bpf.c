@@ -166,6 +166,15 @@ struct {
 	__type(value, struct rq_issue);
 } rq_issued SEC(".maps");
 
+/*
+ * Set by user space once host_rq_issue is attached (it is loaded at start
+ * and linked only when a followed device needs it, and then notes every
+ * followed device's requests): before that, no request can be in
+ * rq_issued, and host_rq_complete skips the lookup (6.1, and kernels
+ * without the plug-cached clock whose queues keep their own issue time).
+ */
+u32 rq_issue_noted = 0;
+
 /* Direct I/O bios -> the disk slot + 1 they belong to, from the submitting thread's mark. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -740,7 +749,7 @@ int host_rq_complete(u64 *ctx)
 	u64 service = 0, queue = 0, start, issue;
 	struct device_counters *dc;
 	struct image_device_counters *ic;
-	struct rq_issue *slot;
+	struct rq_issue *slot = NULL;
 	bool last, queued = false;
 
 	if (devslot < 0)
@@ -789,10 +798,13 @@ int host_rq_complete(u64 *ctx)
 	 * none, and on kernels that stamp requests with a plug's cached time
 	 * (blk_time_get_ns, 6.9 on), where every request of a batch submitted
 	 * under one plug (linux-aio, io_uring) carries the time the first of
-	 * them was allocated, before later ones were even asked for.
+	 * them was allocated, before later ones were even asked for. Until it
+	 * is attached, rq_issued holds nothing to look up.
 	 */
-	i = rq_index(rq, dev);
-	slot = bpf_map_lookup_elem(&rq_issued, &i);
+	if (rq_issue_noted) {
+		i = rq_index(rq, dev);
+		slot = bpf_map_lookup_elem(&rq_issued, &i);
+	}
 	if (slot && slot->rq == (u64)rq && slot->issue_ns) {
 		issue = slot->issue_ns;
 		slot->rq = 0;

@@ -136,6 +136,7 @@ const (
 	HostVarFollowedDevCount  = "followed_dev_count"
 	HostVarFollowedDevs      = "followed_devs"
 	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
+	HostVarRqIssueNoted      = "rq_issue_noted"
 	HostVarTrackedSbCount    = "tracked_sb_count"
 	HostVarTrackedSbs        = "tracked_sbs"
 )
@@ -219,6 +220,7 @@ type HostVariableSpecs struct {
 	FollowedDevCount *ebpf.VariableSpec `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.VariableSpec `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
+	RqIssueNoted     *ebpf.VariableSpec `ebpf:"rq_issue_noted"`
 	TrackedSbCount   *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
 	TrackedSbs       *ebpf.VariableSpec `ebpf:"tracked_sbs"`
 }
@@ -281,6 +283,7 @@ type HostVariables struct {
 	FollowedDevCount *ebpf.Variable `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.Variable `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
+	RqIssueNoted     *ebpf.Variable `ebpf:"rq_issue_noted"`
 	TrackedSbCount   *ebpf.Variable `ebpf:"tracked_sb_count"`
 	TrackedSbs       *ebpf.Variable `ebpf:"tracked_sbs"`
 }

@@ -124,7 +124,7 @@ func (p *Probes) runStats(b *testing.B) map[string]ebpf.ProgramStats {
 //
 //	go test ./exporter/probe -run '^$' -bench EngineCost/tracepoint -benchtime 1x -count 3
 func BenchmarkEngineCost(b *testing.B) {
-	fioCostModes(b, func(b *testing.B, p *Probes) {
+	fioCostModes(b, false, func(b *testing.B, p *Probes) {
 		f := followedExt4(b, p)
 		followForAll(b, p, f, 128<<20)
 		for _, engine := range []string{"psync", "libaio", "io_uring"} {
@@ -135,13 +135,13 @@ func BenchmarkEngineCost(b *testing.B) {
 
 // fioCostModes runs bench in each mode that loads here, with the programs
 // loaded as the exporter loads them and their run-time statistics on.
-func fioCostModes(b *testing.B, bench func(*testing.B, *Probes)) {
+func fioCostModes(b *testing.B, perCPU bool, bench func(*testing.B, *Probes)) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		b.Fatal("fio is needed (make test-deps installs it)")
 	}
 	for _, m := range []Mode{ModeFentry, ModeTracepoint} {
 		b.Run(string(m), func(b *testing.B) {
-			p, err := Load(Options{Mode: m, Stats: true})
+			p, err := Load(Options{Mode: m, Stats: true, perCPUCounters: perCPU})
 			if err != nil {
 				b.Skipf("mode %s: %v", m, err)
 			}
@@ -189,8 +189,8 @@ func fioIOs(b *testing.B, args ...string) uint64 {
 }
 
 func engineCost(b *testing.B, p *Probes, path, engine string) {
-	var requests, total float64
-	perProg := map[string]float64{}
+	var requests float64
+	times := progTimes{}
 	for i := 0; i < b.N; i++ {
 		before, c0 := p.runTimes(b), counters(b, p)
 		want := fioIOs(b, "--name=cost", "--filename="+path, "--ioengine="+engine, "--direct=1",
@@ -202,13 +202,27 @@ func engineCost(b *testing.B, p *Probes, path, engine string) {
 			b.Fatalf("fio %s: %d reads and writes counted, fio did %d", engine, rw, want)
 		}
 		requests += float64(rw + c1.Requests[opFlush] - c0.Requests[opFlush])
-		for name, ns := range p.runTimes(b) {
-			d := float64(ns - before[name])
-			perProg[name] += d
-			total += d
-		}
+		times.add(b, p, before)
 	}
-	for name, ns := range perProg {
+	times.report(b, requests)
+}
+
+// progTimes is each program's run time (ns) summed over a benchmark's runs.
+type progTimes map[string]float64
+
+// add adds each program's run time since before.
+func (t progTimes) add(b *testing.B, p *Probes, before map[string]uint64) {
+	for name, ns := range p.runTimes(b) {
+		t[name] += float64(ns - before[name])
+	}
+}
+
+// report reports each program's time per request (those of 1 ns or more)
+// and all programs' (bpf-ns/req).
+func (t progTimes) report(b *testing.B, requests float64) {
+	var total float64
+	for name, ns := range t {
+		total += ns
 		if d := ns / requests; d >= 1 {
 			b.ReportMetric(d, strings.ReplaceAll(name, "_", "-")+"-ns/req")
 		}
@@ -228,7 +242,7 @@ func engineCost(b *testing.B, p *Probes, path, engine string) {
 //
 //	go test ./exporter/probe -run '^$' -bench UntrackedCost/tracepoint -benchtime 1x -count 3
 func BenchmarkUntrackedCost(b *testing.B) {
-	fioCostModes(b, func(b *testing.B, p *Probes) {
+	fioCostModes(b, false, func(b *testing.B, p *Probes) {
 		other := filepath.Join(filepath.Dir(followedExt4(b, p).Name()), "other.dat")
 		for _, w := range []struct{ name, rw, direct, fsync string }{
 			{"randwrite-cached", "randwrite", "0", "64"},

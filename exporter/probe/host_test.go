@@ -16,7 +16,7 @@ import (
 )
 
 // kernelDev is the kernel's dev_t (major << 20 | minor) of a block device node.
-func kernelDev(t *testing.T, node string) uint32 {
+func kernelDev(t testing.TB, node string) uint32 {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Stat(node, &st); err != nil {
@@ -433,4 +433,97 @@ func anonHugeAt(t *testing.T, addr uintptr) bool {
 		}
 	}
 	return false
+}
+
+// TestIssueTimeLookup: while no followed device needs host_rq_issue (its
+// queue keeps the issue time and the kernel has no plug-cached clock), the
+// program stays unlinked and the completion does not look its map up
+// (rq_issue_noted 0); a device that needs it links it and sets the flag.
+// Either way every data request of the device is timed.
+func TestIssueTimeLookup(t *testing.T) {
+	forModes(t, func(t *testing.T, m Mode) {
+		loop, mnt := testFS(t, "ext4")
+		dev := kernelDev(t, loop)
+		if !queueKeepsIssueTime(dev) {
+			t.Fatalf("%s keeps no issue time (no wbt_lat_usec): this test needs a queue that does", loop)
+		}
+		plugTime := blockCachesPlugTime
+		blockCachesPlugTime = func() bool { return false }
+		t.Cleanup(func() { blockCachesPlugTime = plugTime })
+
+		p := load(t, m)
+		if err := p.TrackDevice(dev, 0); err != nil {
+			t.Fatal(err)
+		}
+		img := filepath.Join(mnt, "timed.dat")
+		checkIssueLookup(t, p, img, false)
+		directRequestsTimed(t, p, img)
+
+		// A device whose queue keeps no issue time (no such device node:
+		// queueKeepsIssueTime finds no attribute) needs host_rq_issue.
+		if err := p.TrackDevice(4000<<20, 1); err != nil {
+			t.Fatal(err)
+		}
+		checkIssueLookup(t, p, img, true)
+		directRequestsTimed(t, p, img)
+	})
+}
+
+// checkIssueLookup checks that host_rq_issue is linked and rq_issue_noted
+// set, or neither.
+func checkIssueLookup(t *testing.T, p *Probes, img string, want bool) {
+	t.Helper()
+	var noted uint32
+	if err := p.hostVars.RqIssueNoted.Get(&noted); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.attached(bpf.HostProgHostRqIssue); got != want || (noted == 1) != want {
+		t.Fatalf("host_rq_issue attached %v, rq_issue_noted %d; want both %v", got, noted, want)
+	}
+}
+
+// directRequestsTimed writes and reads 1 MiB direct in 64 KiB requests and
+// checks that the device's service histograms gained as many requests as
+// its request counters.
+func directRequestsTimed(t *testing.T, p *Probes, path string) {
+	t.Helper()
+	timed := func() (requests, histogram uint64) {
+		dc, err := p.DeviceCounters(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dir := range 2 {
+			for kind := range dc.Requests {
+				requests += dc.Requests[kind][dir]
+			}
+			for _, n := range dc.Service[dir] {
+				histogram += n
+			}
+		}
+		return requests, histogram
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_DIRECT, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := alignedBuf(t, 64<<10)
+	r0, h0 := timed()
+	for i := range 16 {
+		if _, err := unix.Pwrite(fd, buf, int64(i)<<16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Fdatasync(fd); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if _, err := unix.Pread(fd, buf, int64(i)<<16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, h1 := timed()
+	if r1-r0 < 32 || h1-h0 != r1-r0 {
+		t.Errorf("%d data requests counted (want at least 32), %d timed", r1-r0, h1-h0)
+	}
 }

@@ -60,6 +60,11 @@ type Options struct {
 	// a sample (SHAPE_SAMPLE in bpf/disk.h). Only the package's tests set
 	// it: they check the buckets of single requests.
 	shapeAll bool
+	// perCPUCounters loads disk_stats as a per-CPU array (each CPU adds
+	// to its own copy of a disk's counters, summed when read): an
+	// experiment's layout, for BenchmarkCPUCost only (BENCHMARKS.md,
+	// "Many CPUs"); the exporter's is the shared array.
+	perCPUCounters bool
 }
 
 // Program is one BPF program and whether it runs.
@@ -204,6 +209,9 @@ func Load(opts Options) (*Probes, error) {
 	syms := kallsyms("aio_complete_rw", "io_complete_rw", "io_complete_rw_iopoll", "iomap_dio_bio_end_io", "bio_chain_endio")
 	if err := setConstants(&specs, kernel, syms, opts.followSelf); err != nil {
 		return nil, err
+	}
+	if opts.perCPUCounters {
+		specs.DiskStats.Type, specs.DiskStats.Flags = ebpf.PerCPUArray, 0
 	}
 	if opts.shapeAll {
 		if err := specs.ShapeSampleMask.Set(uint32(0)); err != nil {
@@ -1091,7 +1099,11 @@ func (p *Probes) Untrack(inode uint64, slot uint32) error {
 }
 
 func (p *Probes) reset(slot uint32) error {
-	if err := p.objs.DiskStats.Put(slot, bpf.DiskCounters{}); err != nil {
+	var zero any = bpf.DiskCounters{}
+	if p.objs.DiskStats.Type() == ebpf.PerCPUArray {
+		zero = make([]bpf.DiskCounters, ebpf.MustPossibleCPU())
+	}
+	if err := p.objs.DiskStats.Put(slot, zero); err != nil {
 		return fmt.Errorf("reset counters of slot %d: %w", slot, err)
 	}
 	if err := p.objs.DiskSeek.Put(slot, bpf.DiskSeekState{}); err != nil {
@@ -1183,11 +1195,33 @@ func (p *Probes) SetProcesses(tgids []uint32, all bool) error {
 func (p *Probes) Counters(slot uint32) (Counters, error) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
-	if err := lookupInto(p.objs.DiskStats, slot, &p.diskBuf); err != nil {
+	if p.objs.DiskStats.Type() == ebpf.PerCPUArray {
+		if err := p.sumPerCPU(slot); err != nil {
+			return Counters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
+		}
+	} else if err := lookupInto(p.objs.DiskStats, slot, &p.diskBuf); err != nil {
 		return Counters{}, fmt.Errorf("read counters of slot %d: %w", slot, err)
 	}
 	p.counters.from(&p.diskBuf)
 	return p.counters, nil
+}
+
+// sumPerCPU reads a disk's counters of the per-CPU layout (perCPUCounters)
+// into diskBuf, the CPUs' copies summed word by word (every field is a u64).
+func (p *Probes) sumPerCPU(slot uint32) error {
+	var per []bpf.DiskCounters
+	if err := p.objs.DiskStats.Lookup(slot, &per); err != nil {
+		return err
+	}
+	const words = unsafe.Sizeof(bpf.DiskCounters{}) / 8
+	sum := (*[words]uint64)(unsafe.Pointer(&p.diskBuf))
+	*sum = [words]uint64{}
+	for i := range per {
+		for w, v := range (*[words]uint64)(unsafe.Pointer(&per[i])) {
+			sum[w] += v
+		}
+	}
+	return nil
 }
 
 // lookupInto copies the value at key of m straight into *dst, which lives
@@ -1251,13 +1285,9 @@ func (p *Probes) Close() error {
 // (blockCachesPlugTime), host_rq_issue is attached to note it.
 func (p *Probes) TrackDevice(dev, slot uint32) error {
 	if !queueKeepsIssueTime(dev) || blockCachesPlugTime() {
-		p.mu.Lock()
-		for _, pr := range p.programs {
-			if pr.Pending && pr.Name == bpf.HostProgHostRqIssue {
-				p.attach(pr)
-			}
+		if err := p.noteIssues(); err != nil {
+			return err
 		}
-		p.mu.Unlock()
 	}
 	if err := p.host.DeviceStats.Put(slot, bpf.HostDeviceCounters{}); err != nil {
 		return fmt.Errorf("reset device slot %d: %w", slot, err)
@@ -1269,6 +1299,29 @@ func (p *Probes) TrackDevice(dev, slot uint32) error {
 	defer p.mu.Unlock()
 	p.devs[uint64(dev)] = slot
 	return p.writeDevices()
+}
+
+// noteIssues attaches host_rq_issue, if it is not yet, and then tells
+// host_rq_complete to look the issue times it notes up (rq_issue_noted in
+// bpf/host.bpf.c): until then the completion reads the block layer's own.
+func (p *Probes) noteIssues() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.programs {
+		if pr.Name != bpf.HostProgHostRqIssue {
+			continue
+		}
+		if pr.Pending {
+			p.attach(pr)
+		}
+		if !pr.Attached {
+			return nil // logged by attach; the completion goes on without it
+		}
+		if err := p.hostVars.RqIssueNoted.Set(uint32(1)); err != nil {
+			return fmt.Errorf("set rq_issue_noted: %w", err)
+		}
+	}
+	return nil
 }
 
 // writeDevices gives the block programs the followed devices, their first
