@@ -313,17 +313,25 @@ func (g *Guest) cpuCostRun(ctx context.Context, o CPUCostOptions, variant, bench
 
 // cpuCostRunResult is what one run of the probe test binary printed.
 type cpuCostRunResult struct {
-	Results []string            // benchmark result lines
-	Hooks   []string            // the hook's "cpucost hook ..." lines
-	Stat    map[string][]uint64 // "stage cpuN" -> /proc/stat's ticks
-	Fio     map[int]*fioProcess // the fio processes sampled, by pid
-	Fails   []string            // --- FAIL lines and the lines a failing test logged
-	Exit    int                 // the binary's exit status; -1 when missing
+	Results []string               // benchmark result lines
+	Hooks   []string               // the hook's "cpucost hook ..." lines
+	Stat    map[string][]uint64    // "stage cpuN" -> /proc/stat's ticks
+	Fio     map[fioKey]*fioProcess // the fio processes sampled
+	Fails   []string               // --- FAIL lines and the lines a failing test logged
+	Exit    int                    // the binary's exit status; -1 when missing
 }
 
-// fioProcess is what the samples saw of one fio process.
+// fioKey is one fio process under one CPU mask: a job starts with its
+// parent's mask and pins itself after, so a job sampled early is seen
+// under both.
+type fioKey struct {
+	PID     int
+	Allowed string // Cpus_allowed_list
+}
+
+// fioProcess is what the samples saw of one fio process under one mask.
 type fioProcess struct {
-	Allowed string      // Cpus_allowed_list
+	Allowed string
 	Ran     map[int]int // CPU last run on -> samples
 }
 
@@ -334,7 +342,7 @@ var (
 
 // parseCPUCostRun reads the guest script's output.
 func parseCPUCostRun(text string) cpuCostRunResult {
-	r := cpuCostRunResult{Stat: map[string][]uint64{}, Fio: map[int]*fioProcess{}, Exit: -1}
+	r := cpuCostRunResult{Stat: map[string][]uint64{}, Fio: map[fioKey]*fioProcess{}, Exit: -1}
 	for _, line := range strings.Split(text, "\n") {
 		switch {
 		case benchResultLine.MatchString(line):
@@ -365,10 +373,11 @@ func parseCPUCostRun(text string) cpuCostRunResult {
 			if err1 != nil || err2 != nil {
 				continue
 			}
-			p := r.Fio[pid]
+			k := fioKey{pid, f[1]}
+			p := r.Fio[k]
 			if p == nil {
 				p = &fioProcess{Allowed: f[1], Ran: map[int]int{}}
-				r.Fio[pid] = p
+				r.Fio[k] = p
 			}
 			p.Ran[cpu]++
 		case strings.HasPrefix(line, cpuCostExitMarker):
@@ -408,11 +417,12 @@ func (r cpuCostRunResult) busy() map[string]uint64 {
 }
 
 // Pinning says which CPUs the fio processes were allowed and ran on:
-// for each allowed list, the processes and the CPUs they were seen on.
+// for each allowed list, the processes seen under it, the CPUs they were
+// seen on and the samples.
 func (r cpuCostRunResult) Pinning() string {
 	type seen struct {
-		procs int
-		cpus  map[int]bool
+		procs, samples int
+		cpus           map[int]bool
 	}
 	by := map[string]*seen{}
 	for _, p := range r.Fio {
@@ -422,8 +432,9 @@ func (r cpuCostRunResult) Pinning() string {
 			by[p.Allowed] = s
 		}
 		s.procs++
-		for c := range p.Ran {
+		for c, n := range p.Ran {
 			s.cpus[c] = true
+			s.samples += n
 		}
 	}
 	if len(by) == 0 {
@@ -435,7 +446,7 @@ func (r cpuCostRunResult) Pinning() string {
 		for _, c := range sortedKeys(by[allowed].cpus) {
 			cpus = append(cpus, strconv.Itoa(c))
 		}
-		parts = append(parts, fmt.Sprintf("%d allowed %s ran on %s", by[allowed].procs, allowed, strings.Join(cpus, ",")))
+		parts = append(parts, fmt.Sprintf("%d allowed %s ran on %s (%d samples)", by[allowed].procs, allowed, strings.Join(cpus, ","), by[allowed].samples))
 	}
 	return "fio processes: " + strings.Join(parts, "; ")
 }
@@ -468,14 +479,14 @@ func (r cpuCostRunResult) Problems() []string {
 		p = append(p, "the hook never ran: the fio runs' CPUs unknown")
 	}
 	onCPU1 := false
-	for pid, f := range r.Fio {
+	for k, f := range r.Fio {
 		cpu, err := strconv.Atoi(f.Allowed)
 		if err != nil {
-			continue // the fio parent, allowed every CPU
+			continue // the fio parent, or a job not yet pinned: allowed every CPU
 		}
 		for c := range f.Ran {
 			if c != cpu {
-				p = append(p, fmt.Sprintf("fio process %d pinned to CPU %d seen on CPU %d", pid, cpu, c))
+				p = append(p, fmt.Sprintf("fio process %d pinned to CPU %d seen on CPU %d", k.PID, cpu, c))
 			}
 		}
 		if cpu == 1 && f.Ran[1] > 0 {

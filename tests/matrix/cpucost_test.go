@@ -73,8 +73,10 @@ PASS
 }
 
 func TestCPUCostRun(t *testing.T) {
+	// Job 122 sampled once before it pinned itself to CPU 1.
 	good := cpuCostOutput("0-1", `fio-sample 120 0-1 0
 fio-sample 121 0 0
+fio-sample 122 0-1 0
 fio-sample 122 1 1
 fio-sample 121 0 0
 fio-sample 122 1 1
@@ -86,7 +88,7 @@ fio-sample 122 1 1
 	if p := r.Problems(); len(p) != 0 {
 		t.Errorf("problems in a good run: %q", p)
 	}
-	if got, want := r.Pinning(), "fio processes: 1 allowed 0 ran on 0; 1 allowed 0-1 ran on 0; 1 allowed 1 ran on 1"; got != want {
+	if got, want := r.Pinning(), "fio processes: 1 allowed 0 ran on 0 (2 samples); 2 allowed 0-1 ran on 0 (2 samples); 1 allowed 1 ran on 1 (2 samples)"; got != want {
 		t.Errorf("pinning %q, want %q", got, want)
 	}
 	// cpu0: user 300 + system 100; cpu1: 195 + 100 (idle and iowait left out).
