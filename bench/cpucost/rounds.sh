@@ -9,8 +9,7 @@
 #
 #   bash bench/cpucost/rounds.sh ROUNDS OUT
 #
-# The plain build is generated in a copy of the tree (the worktree's
-# bpf/obj stays as committed).
+# The plain build is bench/cpucost/plain.sh's.
 set -euo pipefail
 rounds=${1:-6}
 out=${2:-bench/results-cpucost-41.txt}
@@ -20,16 +19,7 @@ trap 'rm -rf "$work"' EXIT
 
 cd "$root"
 nice -n 10 go test -c -o "$work/atomic.test" ./exporter/probe
-mkdir "$work/tree"
-git ls-files -z | xargs -0 tar -cf - | tar -C "$work/tree" -xf -
-sed -i 's/-mcpu=v3"/-mcpu=v3 -DFSPAIR_PLAIN_ADD"/' "$work/tree/bpf/obj/gen.go"
-(cd "$work/tree" && nice -n 10 go generate ./bpf/obj && nice -n 10 go test -c -o "$work/plain.test" ./exporter/probe)
-if objdump_out=$(llvm-objdump -d "$work/tree/bpf/obj/disk_bpfel.o" "$work/tree/bpf/obj/host_bpfel.o" 2>/dev/null); then
-	if grep -q 'lock \*' <<<"$objdump_out"; then
-		echo "the plain build still has atomic adds" >&2
-		exit 1
-	fi
-fi
+bash bench/cpucost/plain.sh "$work/plain.test"
 
 {
 	echo "# exporter/probe BenchmarkCPUCost, tracepoint mode, $(nproc) CPUs; atomic = $(git rev-parse --short HEAD) as built, plain = the same with -DFSPAIR_PLAIN_ADD, percpu = atomic with -cpucost.percpu (disk_stats a per-CPU array). $rounds rounds, the variants' order rotating; each run under flock /var/tmp/fspair-lab.lock."

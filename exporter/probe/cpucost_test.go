@@ -23,6 +23,30 @@ import (
 // two builds.
 var perCPUCounters = flag.Bool("cpucost.percpu", false, "BenchmarkCPUCost: the disk's counters in a per-CPU array")
 
+// BenchmarkCPUCost's sizes and its hook. The hook is for a TCG guest
+// (tests/matrix cpucost), whose second vCPU must be offline while programs
+// attach and detach (tests/matrix/README.md, "Probe tests and two vCPUs"):
+// it runs as `sh -c HOOK hook attached` once the programs are attached and
+// the images written, before the first fio run, and as `... detach` after
+// the last, before anything is detached; its output goes to stdout.
+var (
+	cpuCostDirectIOs = flag.Int("cpucost.direct-ios", 40000, "BenchmarkCPUCost: O_DIRECT writes per fio job")
+	cpuCostCachedIOs = flag.Int("cpucost.cached-ios", 200000, "BenchmarkCPUCost: page-cache writes per fio job")
+	cpuCostHook      = flag.String("cpucost.hook", "", "BenchmarkCPUCost: shell command run with the argument attached before the fio runs and detach after them")
+)
+
+// runCPUCostHook runs -cpucost.hook with the argument stage, if one is set.
+func runCPUCostHook(b *testing.B, stage string) {
+	if *cpuCostHook == "" {
+		return
+	}
+	cmd := exec.Command("sh", "-c", *cpuCostHook, "hook", stage)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("-cpucost.hook %s: %v", stage, err)
+	}
+}
+
 // BenchmarkCPUCost: what the disk's counters, shared by every CPU, cost
 // when requests on them come from two CPUs at once, without a guest: fio
 // writes 4 KiB at random offsets, O_DIRECT or into the page cache, with one
@@ -66,12 +90,14 @@ func BenchmarkCPUCost(b *testing.B) {
 		if err := p.TrackDevice(kernelDev(b, loop), 1); err != nil {
 			b.Fatal(err)
 		}
+		runCPUCostHook(b, "attached")
+		defer runCPUCostHook(b, "detach")
 		for _, w := range []struct {
 			name, direct string
-			ios          int // per job: about a second of writes alone on this host
+			ios          int // per job: by default about a second of writes alone on this host
 		}{
-			{"direct", "1", 40000},
-			{"cached", "0", 200000},
+			{"direct", "1", *cpuCostDirectIOs},
+			{"cached", "0", *cpuCostCachedIOs},
 		} {
 			for _, l := range []struct {
 				name  string

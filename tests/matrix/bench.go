@@ -162,26 +162,32 @@ type BenchResult struct {
 	Profile map[string]map[string]profileRun
 }
 
+// guestFlags registers the flags of a bench's one guest: -kernel (the
+// first of $FSPAIR_MATRIX_KERNELS by default), -mem-mib, -lock, -cache.
+func guestFlags(fs *flag.FlagSet, kernel *string, memMiB *int, lock, cache *string) {
+	first := ""
+	if k := kernelsFromEnv(); len(k) > 0 {
+		first = k[0]
+	}
+	fs.StringVar(kernel, "kernel", first, "Debian kernel package (default: the first of $FSPAIR_MATRIX_KERNELS)")
+	fs.IntVar(memMiB, "mem-mib", 2048, "guest memory")
+	fs.StringVar(lock, "lock", lab.LockPath, "lab lock (empty: none; do not run under flock on the same file)")
+	fs.StringVar(cache, "cache", lab.DefaultCacheDir(), "kit cache")
+}
+
 func parseBenchOptions(args []string, stderr io.Writer) (BenchOptions, error) {
 	fs := flag.NewFlagSet("matrix bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o BenchOptions
 	var variants string
-	first := ""
-	if k := kernelsFromEnv(); len(k) > 0 {
-		first = k[0]
-	}
-	fs.StringVar(&o.Kernel, "kernel", first, "Debian kernel package (default: the first of $FSPAIR_MATRIX_KERNELS)")
+	guestFlags(fs, &o.Kernel, &o.MemMiB, &o.Lock, &o.CacheDir)
 	fs.StringVar(&variants, "variants", variantNone+","+strings.Join(DefaultModes, ",")+","+variantLibbpf,
 		`tracers to compare: "none", probe modes of fspair_exporter ("current" passes no mode flag), "libbpf-tools"`)
 	fs.IntVar(&o.Rounds, "rounds", 5, "rounds; each runs every variant, in an order rotated by one each round")
 	fs.DurationVar(&o.Runtime, "runtime", 10*time.Second, "fio runtime of each workload")
 	fs.IntVar(&o.GetppidCalls, "getppid-calls", 1000000, "getppid(2) calls timed in each variant and round")
 	fs.StringVar(&o.HostCPU, "host-cpu", "1", "host CPU QEMU is pinned to (taskset -c)")
-	fs.IntVar(&o.MemMiB, "mem-mib", 2048, "guest memory")
 	fs.StringVar(&o.Out, "out", "bench/results-kernel.txt", "results file")
-	fs.StringVar(&o.Lock, "lock", lab.LockPath, "lab lock (empty: none; do not run under flock on the same file)")
-	fs.StringVar(&o.CacheDir, "cache", lab.DefaultCacheDir(), "kit cache")
 	fs.BoolVar(&o.Profile, "profile", true, "after the rounds, run each fspair mode once more with --probe.stats and report its BPF time per request by program")
 	var workloads string
 	fs.StringVar(&workloads, "workloads", "", "workloads to run, comma-separated (default all: "+strings.Join(workloadNames(benchWorkloads(time.Second)), ",")+")")

@@ -12,9 +12,10 @@
 //
 //	go run ./tests/matrix run -kernels "linux-image-6.1.0-56-cloud-amd64 ..."   # make matrix
 //	go run ./tests/matrix bench -kernel linux-image-6.1.0-56-cloud-amd64        # make bench PARTS=kernel
+//	go run ./tests/matrix cpucost -kernel linux-image-6.1.0-56-cloud-amd64
 //
-// bench measures the tracers' overhead in a one-vCPU guest. README.md has
-// the rest.
+// bench measures the tracers' overhead in a one-vCPU guest; cpucost the
+// counter layouts with two vCPUs (cpucost.go). README.md has the rest.
 package main
 
 import (
@@ -39,7 +40,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // well, 1 when the matrix found a failure or could not run, 2 for usage.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: matrix run|bench [flags] (see -h of each)")
+		fmt.Fprintln(stderr, "usage: matrix run|bench|cpucost [flags] (see -h of each)")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -49,8 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "cpucost":
+		return cpuCostCmd(ctx, args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "matrix: unknown subcommand %q: want run or bench\n", args[0])
+		fmt.Fprintf(stderr, "matrix: unknown subcommand %q: want run, bench or cpucost\n", args[0])
 		return 2
 	}
 }
