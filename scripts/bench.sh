@@ -48,6 +48,9 @@
 #     bench/fakeqmp then starts with the histograms already set, as a
 #     QEMU keeps them from an exporter before, so that the first round has
 #     them.
+#     Before each row's scrapes, POLL_WINDOW seconds (60) without scrapes:
+#     the exporter's CPU then, its background work, and with the poll
+#     running its CPU per VM a round (per QMP session).
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -112,6 +115,7 @@ SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
 SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
 SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
+POLL_WINDOW=${POLL_WINDOW:-60} # part 3: seconds of the exporter's CPU without scrapes, before each row's scrapes (the guest poll's cost)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
 INGEST_WINDOW=${INGEST_WINDOW:-5m}      # measured
@@ -432,6 +436,24 @@ guest_ready() { # n
 cpu_seconds() { # pid
 	sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ print ($12 + $13) / hz }'
 }
+# poll_cpu: the exporter's CPU over POLL_WINDOW seconds without scrapes
+# (its background work: the guest poll's rounds), and per QMP session
+# (one a VM) when the poll ran: the sessions counted between the two
+# reads of fspair_guest_polls_total (each read a scrape: its CPU is
+# outside the window, the sessions during the second read inside, which
+# can overcount them by a few percent), and the rounds they make.
+poll_cpu() { # n
+	local p0 p1 c0 c1 t0 t1
+	polls() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk '/^fspair_guest_polls_total\{source="qmp"\}/ { p = $2 } END { printf "%d", p }'; }
+	p0=$(polls)
+	c0=$(cpu_seconds "$exporter") t0=$(date +%s.%N)
+	sleep "$POLL_WINDOW"
+	c1=$(cpu_seconds "$exporter") t1=$(date +%s.%N)
+	p1=$(polls)
+	awk -v n="$1" -v p0="$p0" -v p1="$p1" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" 'BEGIN {
+		printf "idle cpu %.3f s/s over %.0f s", (c1 - c0) / (t1 - t0), t1 - t0
+		if (p1 > p0) printf ", qmp sessions %d (%.1f rounds), %.1f us cpu per VM a round", p1 - p0, (p1 - p0) / n, 1e6 * (c1 - c0) / (p1 - p0) }'
+}
 # exporter_on_disks: a fresh exporter on the config of make_disks, once it
 # follows all n disks, with one request of each operation done on each.
 exporter_on_disks() { # what n config [flags]
@@ -505,6 +527,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 			[ "$guest" = qmp ] && [ -n "$SCRAPE_GUEST_INTERVAL" ] && gflags=(--guest.interval="$SCRAPE_GUEST_INTERVAL")
 			exporter_on_disks "$format guest=$guest" "$n" "$c" "${scrape_flags[@]}" "${gflags[@]}" $([ "$format" = proto ] && echo --histograms=native)
 			[ "$guest" = qmp ] && guest_ready "$n"
+			idle=$(poll_cpu "$n")
 			load=$(cut -d' ' -f1-3 /proc/loadavg)
 			at=$(date -u +%H:%M:%SZ)
 			times=() ztimes=()
@@ -526,6 +549,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 				/^fspair_guest_poll_errors_total\{source="qmp"\}/ { e = $2 }
 				END { if (r != "") printf "  guest round %.2f s, qmp polls %d, errors %d", r, p, e }')
 			[ ${#gflags[@]} -gt 0 ] && poll+="  ${gflags[*]}"
+			poll+="  $idle"
 			# Series per disk: the growth over the previous row of the format,
 			# so that the exporter's own series (a few hundred) do not count.
 			key="$format/$guest"
