@@ -50,7 +50,8 @@
 #     them.
 #     Before each row's scrapes, POLL_WINDOW seconds (60) without scrapes:
 #     the exporter's CPU then, its background work, and with the poll
-#     running its CPU per VM a round (per QMP session).
+#     running its CPU a poll (per VM a round: the query-blockstats
+#     bench/fakeqmp answered meanwhile).
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -437,22 +438,32 @@ cpu_seconds() { # pid
 	sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ print ($12 + $13) / hz }'
 }
 # poll_cpu: the exporter's CPU over POLL_WINDOW seconds without scrapes
-# (its background work: the guest poll's rounds), and per QMP session
-# (one a VM) when the poll ran: the sessions counted between the two
-# reads of fspair_guest_polls_total (each read a scrape: its CPU is
-# outside the window, the sessions during the second read inside, which
-# can overcount them by a few percent), and the rounds they make.
+# (its background work: the guest poll's rounds), and while bench/fakeqmp
+# serves, its CPU per poll (per VM a round): the query-blockstats fakeqmp
+# answered over the same window (the exporter's own counter moves a
+# round at a time, too coarse over a minute).
 poll_cpu() { # n
-	local p0 p1 c0 c1 t0 t1
-	polls() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk '/^fspair_guest_polls_total\{source="qmp"\}/ { p = $2 } END { printf "%d", p }'; }
-	p0=$(polls)
+	local s0= s1= c0 c1 t0 t1
+	[ -n "${fakeqmp:-}" ] && s0=$(fakeqmp_served)
 	c0=$(cpu_seconds "$exporter") t0=$(date +%s.%N)
 	sleep "$POLL_WINDOW"
 	c1=$(cpu_seconds "$exporter") t1=$(date +%s.%N)
-	p1=$(polls)
-	awk -v n="$1" -v p0="$p0" -v p1="$p1" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" 'BEGIN {
+	[ -n "${fakeqmp:-}" ] && s1=$(fakeqmp_served)
+	awk -v n="$1" -v s0="$s0" -v s1="$s1" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" 'BEGIN {
 		printf "idle cpu %.3f s/s over %.0f s", (c1 - c0) / (t1 - t0), t1 - t0
-		if (p1 > p0) printf ", qmp sessions %d (%.1f rounds), %.1f us cpu per VM a round", p1 - p0, (p1 - p0) / n, 1e6 * (c1 - c0) / (p1 - p0) }'
+		if (s1 > s0) printf ", qmp polls %d (%.1f rounds), %.1f us cpu a poll", s1 - s0, (s1 - s0) / n, 1e6 * (c1 - c0) / (s1 - s0) }'
+}
+# fakeqmp_served: the query-blockstats bench/fakeqmp has answered so far
+# (it writes "served N" on SIGUSR1).
+fakeqmp_served() {
+	local before
+	before=$(grep -c '^served ' "$work/fakeqmp.out" || true)
+	kill -USR1 "$fakeqmp"
+	for _ in $(seq 100); do
+		[ "$(grep -c '^served ' "$work/fakeqmp.out" || true)" -gt "$before" ] && break
+		sleep 0.01
+	done
+	grep '^served ' "$work/fakeqmp.out" | tail -1 | cut -d' ' -f2
 }
 # exporter_on_disks: a fresh exporter on the config of make_disks, once it
 # follows all n disks, with one request of each operation done on each.
