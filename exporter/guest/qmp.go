@@ -32,11 +32,11 @@ const maxSunPath = 107
 // bounded by the deadline set at dial.
 //
 // qmp_capabilities goes out with the session's first command, in one
-// write, and its reply is read before that command's: QEMU reads the
-// commands of a session in order and runs them one at a time, in the
-// order they came (monitor/qmp.c queues them), so the second is run in
-// command mode. That saves a round trip a session, a poll's second
-// largest cost after decoding the reply.
+// write, and its reply is read before that command's: the server reads,
+// executes and answers one command after the other, in the order they
+// came (qmp-spec.rst, "Out-of-band execution": fspair asks for no OOB),
+// so the second runs in command mode. That saves a round trip a session:
+// a write, a read and a wake-up on each side.
 type qmpSession struct {
 	conn net.Conn
 	r    *bufio.Reader
