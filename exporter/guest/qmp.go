@@ -343,12 +343,15 @@ var statSlots = func() map[string]statSlot {
 	return m
 }()
 
-// parseBlockstats reads query-blockstats' return value on its own.
+// parseBlockstats reads query-blockstats' return value on its own; what
+// follows it, if anything, makes it not JSON, whatever its shape.
 func parseBlockstats(raw []byte, entries *[]blockstatsEntry) error {
 	s := jsonScanner{b: raw}
 	err := s.decodeBlockstats(entries)
-	if err == nil {
-		err = s.end()
+	if err == nil || errors.Is(err, errShape) {
+		if end := s.end(); end != nil {
+			return end
+		}
 	}
 	return err
 }

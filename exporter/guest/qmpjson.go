@@ -303,7 +303,7 @@ func (s *jsonScanner) skip() error {
 
 // end checks that nothing but white space follows the value.
 func (s *jsonScanner) end() error {
-	if s.next() != 0 {
+	if s.next(); s.i < len(s.b) { // a NUL byte too
 		return s.fail("more after the value")
 	}
 	return nil
