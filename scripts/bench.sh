@@ -48,6 +48,10 @@
 #     bench/fakeqmp then starts with the histograms already set, as a
 #     QEMU keeps them from an exporter before, so that the first round has
 #     them.
+#     Before each row's scrapes, POLL_WINDOW seconds (60) without scrapes:
+#     the exporter's CPU then, its background work, and with the poll
+#     running its CPU a poll (per VM a round: the query-blockstats
+#     bench/fakeqmp answered meanwhile).
 #  4. what Prometheus itself spends to ingest one host's exporter at
 #     INGEST_DISKS tracked disks (default 1000), scraping every 15 s, in
 #     each histogram mode (INGEST_MODES): classic (the pinned Prometheus 3
@@ -112,6 +116,7 @@ SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
 SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
 SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
+POLL_WINDOW=${POLL_WINDOW:-60} # part 3: seconds of the exporter's CPU without scrapes, before each row's scrapes (the guest poll's cost)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
 INGEST_WINDOW=${INGEST_WINDOW:-5m}      # measured
@@ -432,6 +437,34 @@ guest_ready() { # n
 cpu_seconds() { # pid
 	sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ print ($12 + $13) / hz }'
 }
+# poll_cpu: the exporter's CPU over POLL_WINDOW seconds without scrapes
+# (its background work: the guest poll's rounds), and while bench/fakeqmp
+# serves, its CPU per poll (per VM a round): the query-blockstats fakeqmp
+# answered over the same window (the exporter's own counter moves a
+# round at a time, too coarse over a minute).
+poll_cpu() { # n
+	local s0= s1= c0 c1 t0 t1
+	[ -n "${fakeqmp:-}" ] && s0=$(fakeqmp_served)
+	c0=$(cpu_seconds "$exporter") t0=$(date +%s.%N)
+	sleep "$POLL_WINDOW"
+	c1=$(cpu_seconds "$exporter") t1=$(date +%s.%N)
+	[ -n "${fakeqmp:-}" ] && s1=$(fakeqmp_served)
+	awk -v n="$1" -v s0="$s0" -v s1="$s1" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" 'BEGIN {
+		printf "idle cpu %.3f s/s over %.0f s", (c1 - c0) / (t1 - t0), t1 - t0
+		if (s1 > s0) printf ", qmp polls %d (%.1f rounds), %.1f us cpu a poll", s1 - s0, (s1 - s0) / n, 1e6 * (c1 - c0) / (s1 - s0) }'
+}
+# fakeqmp_served: the query-blockstats bench/fakeqmp has answered so far
+# (it writes "served N" on SIGUSR1).
+fakeqmp_served() {
+	local before
+	before=$(grep -c '^served ' "$work/fakeqmp.out" || true)
+	kill -USR1 "$fakeqmp"
+	for _ in $(seq 100); do
+		[ "$(grep -c '^served ' "$work/fakeqmp.out" || true)" -gt "$before" ] && break
+		sleep 0.01
+	done
+	grep '^served ' "$work/fakeqmp.out" | tail -1 | cut -d' ' -f2
+}
 # exporter_on_disks: a fresh exporter on the config of make_disks, once it
 # follows all n disks, with one request of each operation done on each.
 exporter_on_disks() { # what n config [flags]
@@ -505,6 +538,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 			[ "$guest" = qmp ] && [ -n "$SCRAPE_GUEST_INTERVAL" ] && gflags=(--guest.interval="$SCRAPE_GUEST_INTERVAL")
 			exporter_on_disks "$format guest=$guest" "$n" "$c" "${scrape_flags[@]}" "${gflags[@]}" $([ "$format" = proto ] && echo --histograms=native)
 			[ "$guest" = qmp ] && guest_ready "$n"
+			idle=$(poll_cpu "$n")
 			load=$(cut -d' ' -f1-3 /proc/loadavg)
 			at=$(date -u +%H:%M:%SZ)
 			times=() ztimes=()
@@ -526,6 +560,7 @@ want scrape && for n in $SCRAPE_DISKS; do
 				/^fspair_guest_poll_errors_total\{source="qmp"\}/ { e = $2 }
 				END { if (r != "") printf "  guest round %.2f s, qmp polls %d, errors %d", r, p, e }')
 			[ ${#gflags[@]} -gt 0 ] && poll+="  ${gflags[*]}"
+			poll+="  $idle"
 			# Series per disk: the growth over the previous row of the format,
 			# so that the exporter's own series (a few hundred) do not count.
 			key="$format/$guest"

@@ -13,7 +13,9 @@
 // in a QEMU whose histograms an exporter before this one set: the
 // exporter's first read has them.
 // It serves until it is killed, and writes "ready" to stdout once every
-// socket listens.
+// socket listens, and "served N" on SIGUSR1: the query-blockstats
+// answered so far, all VMs (the exporter's polls, counted as they are
+// answered, for the bench's CPU per poll).
 package main
 
 import (
@@ -24,9 +26,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/fspair/fspair/exporter/guest"
@@ -67,8 +71,16 @@ func run() int {
 		go vm.serve(l)
 	}
 	fmt.Println("ready")
-	select {}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	for range usr1 {
+		fmt.Println("served", served.Load())
+	}
+	return 0
 }
+
+// served counts the query-blockstats answered, all VMs.
+var served atomic.Uint64
 
 // vm is one VM's monitor: its device's counters and histograms.
 type vm struct {
@@ -171,6 +183,7 @@ func (v *vm) setHistograms(raw json.RawMessage) bool {
 
 // blockstats is the query-blockstats return value: one device.
 func (v *vm) blockstats() []byte {
+	served.Add(1)
 	v.mu.Lock()
 	v.reads++
 	k, seed, bounds := v.reads, v.seed, v.bounds

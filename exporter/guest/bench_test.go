@@ -1,8 +1,11 @@
 package guest
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +18,7 @@ import (
 // blockstatsReply is a query-blockstats answer for n devices as QEMU 7.2
 // sends it, with each device's read, write and flush histograms on
 // fspair's bounds (bins of 9-digit counts) or without any.
-func blockstatsReply(b *testing.B, n int, hist bool) []byte {
+func blockstatsReply(b testing.TB, n int, hist bool) []byte {
 	b.Helper()
 	entries := make([]map[string]any, n)
 	for i := range entries {
@@ -52,7 +55,7 @@ func BenchmarkBlockstatsParse(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var entries []blockstatsEntry
-				if err := json.Unmarshal(raw, &entries); err != nil {
+				if err := parseBlockstats(raw, &entries); err != nil {
 					b.Fatal(err)
 				}
 				for i := range entries {
@@ -133,5 +136,101 @@ func BenchmarkLibvirtParse(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*disks), "ns/disk")
 		})
+	}
+}
+
+// cannedQMP serves n QMP sockets dir/vm<i>.qmp, each a VM of one disk, vda,
+// whose query-blockstats reply is fixed bytes: QEMU 7.2's fields and the
+// three histograms on fspair's bounds. Its replies cost little, so that a
+// profile of a poll over many VMs is mostly the exporter's side.
+func cannedQMP(b *testing.B, dir string, n int) []string {
+	b.Helper()
+	st := qemuStats(1 << 32)
+	bins := make([]uint64, LatencySlots)
+	for k := range bins {
+		bins[k] = 100_000_000 + uint64(k)
+	}
+	for _, op := range HistogramOps {
+		st[qmpHistograms[op]] = map[string]any{"boundaries": LatencyBoundsNs[:], "bins": bins}
+	}
+	ret, err := json.Marshal([]map[string]any{{"device": "", "qdev": "/machine/peripheral/vda/virtio-backend", "node-name": "#block1", "stats": st}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = filepath.Join(dir, "vm"+strconv.Itoa(i)+".qmp")
+		ln, err := net.Listen("unix", paths[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go serveCanned(c, ret)
+			}
+		}()
+	}
+	return paths
+}
+
+// serveCanned answers a session: the greeting, {} to anything but
+// query-blockstats, the reply's id echoed.
+func serveCanned(c net.Conn, blockstats []byte) {
+	defer c.Close()
+	if _, err := c.Write([]byte(`{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, "capabilities": ["oob"]}}` + "\n")); err != nil {
+		return
+	}
+	r := bufio.NewReader(c)
+	var out []byte
+	for {
+		var req struct {
+			Execute string          `json:"execute"`
+			ID      json.RawMessage `json:"id"`
+		}
+		if !nextRequest(r, &req) {
+			return
+		}
+		out = append(out[:0], `{"return": `...)
+		if req.Execute == "query-blockstats" {
+			out = append(out, blockstats...)
+		} else {
+			out = append(out, "{}"...)
+		}
+		out = append(append(append(out, `, "id": `...), req.ID...), "}\n"...)
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// BenchmarkPollQMPVMs is a whole round over many VMs of one disk each, a
+// session each (MaxSessions at once), as at 10,000 plain-QEMU VMs: the
+// exporter's share per VM, its time and allocations (the canned
+// monitors' own are in the process too, and small). For a profile:
+// go test ./exporter/guest -run X -bench PollQMPVMs -benchmem -cpuprofile cpu.out
+func BenchmarkPollQMPVMs(b *testing.B) {
+	const vms = 1000
+	paths := cannedQMP(b, b.TempDir(), vms)
+	inv := &fakeInv{}
+	for i, p := range paths {
+		inv.disks = append(inv.disks, disk("vm"+strconv.Itoa(i), "vda", "/img/"+strconv.Itoa(i), 0, discovery.SourceQEMU, p))
+	}
+	p := New(inv, Options{Timeout: 5 * time.Second, SetHistograms: true})
+	p.Poll(context.Background())
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Poll(context.Background())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*vms), "ns/vm")
+	if s := p.Status(&inv.disks[vms-1]); s.Status != StatusOK || s.Histogram != HistogramOK {
+		b.Fatalf("after the polls: %+v", s)
+	}
+	if st := p.Stats(); st.Errors[SourceQMP] != 0 {
+		b.Fatalf("failed reads: %+v", st)
 	}
 }

@@ -197,16 +197,12 @@ func (f *fakeQMP) serve(c net.Conn) {
 	_ = enc.Encode(map[string]any{"QMP": map[string]any{"version": map[string]any{}, "capabilities": []string{"oob"}}})
 	r := bufio.NewReader(c)
 	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return
-		}
 		var req struct {
 			Execute   string         `json:"execute"`
 			Arguments map[string]any `json:"arguments"`
 			ID        any            `json:"id"`
 		}
-		if json.Unmarshal(line, &req) != nil {
+		if !nextRequest(r, &req) {
 			return
 		}
 		v, _ := f.cmds.LoadOrStore(req.Execute, &atomic.Int32{})
@@ -237,6 +233,13 @@ func (f *fakeQMP) serve(c net.Conn) {
 		f.mu.Unlock()
 		_ = enc.Encode(map[string]any{"return": ret, "id": req.ID})
 	}
+}
+
+// nextRequest reads a fake monitor's next command into req; false when
+// the client is gone or sent something else.
+func nextRequest(r *bufio.Reader, req any) bool {
+	line, err := r.ReadBytes('\n')
+	return err == nil && json.Unmarshal(line, req) == nil
 }
 
 // qemuStats is a BlockDeviceStats object as QEMU 7.2 sends it; base
@@ -899,7 +902,7 @@ func TestBlockstatsDecode(t *testing.T) {
 		{"device":"e","stats":{"rd_latency_histogram":{"boundaries":[10,20],"bins":[1,2,3]},
 		"wr_latency_histogram":{"boundaries":` + string(bounds) + `,"bins":["x"]},"flush_latency_histogram":7}}]`
 	var entries []blockstatsEntry
-	if err := json.Unmarshal([]byte(raw), &entries); err != nil {
+	if err := parseBlockstats([]byte(raw), &entries); err != nil {
 		t.Fatal(err)
 	}
 	st, kinds := entries[0].stats()
@@ -986,7 +989,7 @@ func TestQMPReplyDecode(t *testing.T) {
 	}{
 		{"event first", `{"event":"BLOCK_IO_ERROR","data":{"device":"x"},"return":null}` + "\n" +
 			`{"return":[{"device":"d","stats":{"rd_operations":7}}],"id":"fspair-1"}` + "\n",
-			[]blockstatsEntry{{Device: "d", Stats: map[string]statValue{"rd_operations": {n: 7, isUint: true}}}}, false, false},
+			[]blockstatsEntry{{Device: "d", st: Stats{Requests: [NumOps]Counter{OpRead: set(7)}}}}, false, false},
 		{"wrong shape", `{"return":{"device":"d"},"id":"fspair-1"}` + "\n", nil, true, false},
 		{"refused", `{"error":{"class":"GenericError","desc":"no"},"id":"fspair-1"}` + "\n", nil, true, true},
 	} {

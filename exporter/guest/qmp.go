@@ -9,8 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -28,14 +30,32 @@ const maxSunPath = 107
 // negotiation mode, then commands, each answered by a line with its id.
 // Events may come in between and are skipped. Every read and write is
 // bounded by the deadline set at dial.
+//
+// qmp_capabilities goes out with the session's first command, in one
+// write, and its reply is read before that command's: the server reads,
+// executes and answers one command after the other, in the order they
+// came (qmp-spec.rst, "Out-of-band execution": fspair asks for no OOB),
+// so the second runs in command mode. That saves a round trip a session:
+// a write, a read and a wake-up on each side.
 type qmpSession struct {
 	conn net.Conn
 	r    *bufio.Reader
 	id   int
+	// out holds the commands not yet written; pending is the id of the
+	// command written whose reply is still to read before the next's
+	// (qmp_capabilities), and pendingCmd its name.
+	out                 []byte
+	pending, pendingCmd string
 }
 
-// dialQMP connects to the monitor at path and negotiates, all before
-// deadline; ctx ending closes the connection.
+// qmpReaders are the sessions' read buffers, kept across sessions: a
+// poll opens a session per VM each round (2,000 a second at 10,000 VMs),
+// and a buffer each was most of what the poll allocated.
+var qmpReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
+// dialQMP connects to the monitor at path and reads its greeting, all
+// before deadline; ctx ending closes the connection. qmp_capabilities
+// goes with the first command.
 func dialQMP(ctx context.Context, path string, deadline time.Time) (*qmpSession, error) {
 	if len(path) > maxSunPath {
 		return nil, fmt.Errorf("qmp socket %s: path longer than %d bytes", path, maxSunPath)
@@ -46,33 +66,57 @@ func dialQMP(ctx context.Context, path string, deadline time.Time) (*qmpSession,
 		return nil, fmt.Errorf("connect to qmp %s: %w", path, err)
 	}
 	_ = conn.SetDeadline(deadline)
-	s := &qmpSession{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+	r := qmpReaders.Get().(*bufio.Reader)
+	r.Reset(conn)
+	s := &qmpSession{conn: conn, r: r}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	ok := false
 	defer func() {
 		if !ok {
 			stop()
-			conn.Close()
+			s.close()
 		}
 	}()
 	line, err := s.readLine()
 	if err != nil {
 		return nil, fmt.Errorf("qmp %s: read greeting: %w", path, timeoutHint(err))
 	}
-	var greeting struct {
-		QMP json.RawMessage `json:"QMP"`
-	}
-	if json.Unmarshal(line, &greeting) != nil || greeting.QMP == nil {
+	if !isGreeting(line) {
 		return nil, fmt.Errorf("qmp %s: not a QMP greeting: %.80q", path, line)
 	}
-	if err := s.executeArgs("qmp_capabilities", nil, nil); err != nil {
+	if s.pending, err = s.queue("qmp_capabilities", nil); err != nil {
 		return nil, fmt.Errorf("qmp %s: %w", path, err)
 	}
+	s.pendingCmd = "qmp_capabilities"
 	ok = true
 	return s, nil
 }
 
-func (s *qmpSession) close() { s.conn.Close() }
+// isGreeting reports whether line is a QMP greeting: an object with a
+// "QMP" member not null.
+func isGreeting(line []byte) bool {
+	s := jsonScanner{b: line}
+	found := false
+	err := s.object(func(key []byte) error {
+		if string(key) != "QMP" {
+			return s.skip()
+		}
+		v, err := s.value()
+		found = string(v) != "null"
+		return err
+	})
+	return err == nil && s.end() == nil && found
+}
+
+// close ends the session; its read buffer goes back to the pool.
+func (s *qmpSession) close() {
+	s.conn.Close()
+	if s.r != nil {
+		s.r.Reset(nil)
+		qmpReaders.Put(s.r)
+		s.r = nil
+	}
+}
 
 // timeoutHint names a deadline that passed as what it means here.
 func timeoutHint(err error) error {
@@ -83,20 +127,25 @@ func timeoutHint(err error) error {
 	return err
 }
 
-// readLine reads one message, at most maxQMPLine bytes.
+// readLine reads one message, at most maxQMPLine bytes. The line is the
+// reader's buffer when it fits (most do): valid until the next read.
 func (s *qmpSession) readLine() ([]byte, error) {
-	var line []byte
+	frag, err := s.r.ReadSlice('\n')
+	if err == nil {
+		return frag, nil
+	}
+	line := slices.Clone(frag)
 	for {
-		frag, err := s.r.ReadSlice('\n')
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+		frag, err = s.r.ReadSlice('\n')
 		line = append(line, frag...)
 		if len(line) > maxQMPLine {
 			return nil, fmt.Errorf("message longer than %d bytes", maxQMPLine)
 		}
 		if err == nil {
 			return line, nil
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return nil, err
 		}
 	}
 }
@@ -117,46 +166,127 @@ type qmpRequest struct {
 	ID        string `json:"id,omitempty"`
 }
 
-// qmpReply is QEMU's answer to a command: its "return" value, decoded
-// with the reply into where Return points (the reply is read once: a
-// query-blockstats reply is the poll's largest), or its error.
+// qmpReply is a line from QEMU: a command's reply, with its id, or an
+// event.
 type qmpReply struct {
-	ID     *string `json:"id"`
-	Return any     `json:"return"`
-	Error  *struct {
-		Class string `json:"class"`
-		Desc  string `json:"desc"`
-	} `json:"error"`
+	ID    string
+	hasID bool // an id that is a string
 }
 
-// decode reads a reply whose "return" value goes into out (nil: dropped);
-// QEMU's refusal is a *qmpError.
+// decode reads a line whose "return" value, if any, goes into out (nil:
+// dropped); QEMU's refusal is a *qmpError. query-blockstats' return value
+// (out a *[]blockstatsEntry) is read with the line by jsonScanner, any
+// other through encoding/json. A line that is not JSON is an error
+// wrapping errJSON, whose id is not known.
 func (r *qmpReply) decode(command string, line []byte, out any) error {
-	if out == nil {
-		out = &json.RawMessage{}
+	s := jsonScanner{b: line}
+	var ret, refusal []byte
+	var shape error
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "id":
+			if s.next() != '"' {
+				return s.skip() // not an id fspair gives
+			}
+			raw, esc, err := s.str()
+			r.ID, r.hasID = string(raw), err == nil && !esc
+			return err
+		case "return":
+			if entries, ok := out.(*[]blockstatsEntry); ok {
+				err := s.decodeBlockstats(entries)
+				if errors.Is(err, errShape) {
+					shape, err = err, nil
+				}
+				return err
+			}
+			var err error
+			ret, err = s.value()
+			return err
+		case "error":
+			var err error
+			refusal, err = s.value()
+			return err
+		}
+		return s.skip()
+	})
+	if err == nil {
+		err = s.end()
 	}
-	r.Return = out
-	err := json.Unmarshal(line, r)
-	if err == nil && r.Error != nil {
-		err = &qmpError{command, r.Error.Class, r.Error.Desc}
-	} else if err != nil {
-		err = fmt.Errorf("decode reply to %s: %w", command, err)
+	if err != nil {
+		return fmt.Errorf("decode reply to %s: %w", command, err)
 	}
-	return err
+	if ret != nil && out != nil {
+		if err := json.Unmarshal(ret, out); err != nil {
+			shape = err
+		}
+	}
+	var qe *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	}
+	if refusal != nil {
+		if err := json.Unmarshal(refusal, &qe); err != nil {
+			shape = cmp(shape, err)
+		}
+	}
+	switch {
+	case shape != nil:
+		return fmt.Errorf("decode reply to %s: %w", command, shape)
+	case qe != nil:
+		return &qmpError{command, qe.Class, qe.Desc}
+	}
+	return nil
+}
+
+// queue adds a command with arguments (nil for none) to those to write,
+// and returns its id.
+func (s *qmpSession) queue(command string, args any) (string, error) {
+	s.id++
+	id := "fspair-" + strconv.Itoa(s.id)
+	if args == nil {
+		// As json.Marshal would write it: fspair's command names and
+		// ids need no escapes.
+		s.out = append(s.out, `{"execute":"`...)
+		s.out = append(s.out, command...)
+		s.out = append(s.out, `","id":"`...)
+		s.out = append(s.out, id...)
+		s.out = append(s.out, "\"}\n"...)
+		return id, nil
+	}
+	req, err := json.Marshal(qmpRequest{command, args, id})
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", command, err)
+	}
+	s.out = append(append(s.out, req...), '\n')
+	return id, nil
 }
 
 // executeArgs runs a command with arguments (nil for none) and decodes its
 // "return" value into out (nil: dropped); QEMU's refusal is a *qmpError.
+// The reply to a command written before it (qmp_capabilities) is read
+// first, and its failure is this call's.
 func (s *qmpSession) executeArgs(command string, args, out any) error {
-	s.id++
-	id := "fspair-" + strconv.Itoa(s.id)
-	req, err := json.Marshal(qmpRequest{command, args, id})
+	id, err := s.queue(command, args)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", command, err)
+		return err
 	}
-	if _, err := s.conn.Write(append(req, '\n')); err != nil {
+	if _, err := s.conn.Write(s.out); err != nil {
 		return fmt.Errorf("send %s: %w", command, timeoutHint(err))
 	}
+	s.out = s.out[:0]
+	if s.pending != "" {
+		pending, cmd := s.pending, s.pendingCmd
+		s.pending, s.pendingCmd = "", ""
+		if err := s.await(cmd, pending, nil); err != nil {
+			return err
+		}
+	}
+	return s.await(command, id, out)
+}
+
+// await reads lines up to the reply with the id, decoding its "return"
+// value into out.
+func (s *qmpSession) await(command, id string, out any) error {
 	for {
 		line, err := s.readLine()
 		if err != nil {
@@ -164,55 +294,66 @@ func (s *qmpSession) executeArgs(command string, args, out any) error {
 		}
 		// Commands go one at a time and a failed session is closed, so
 		// the only lines before the reply are events: they have no
-		// "return", and out is left alone.
+		// "return", and out is left alone. A line that is not JSON ends
+		// the session at once: nothing after it can be trusted.
 		var reply qmpReply
 		err = reply.decode(command, line, out)
-		if reply.ID == nil || *reply.ID != id {
+		if errors.Is(err, errJSON) {
+			return err
+		}
+		if !reply.hasID || reply.ID != id {
 			continue // an event, or not ours
 		}
 		return err
 	}
 }
 
-// blockstatsEntry is one device of query-blockstats (QAPI BlockStats).
+// blockstatsEntry is one device of query-blockstats (QAPI BlockStats),
+// as jsonScanner.decodeBlockstats reads it: its names, and its counters and
+// latency histograms already converted.
 type blockstatsEntry struct {
-	Device   string               `json:"device"`
-	QDev     string               `json:"qdev"`
-	NodeName string               `json:"node-name"`
-	Stats    map[string]statValue `json:"stats"`
+	Device, QDev, NodeName string
+	// st holds the counters QEMU sent as unsigned integers and the
+	// histograms on fspair's bounds; kinds what it sent of each
+	// histogram.
+	st    Stats
+	kinds [NumOps]histKind
 }
 
-// statValue is one field of QAPI BlockDeviceStats, decoded with the reply
-// and not again: an unsigned counter (n, when isUint), or an object, which
-// BlockDeviceStats has only for latency histograms
-// (BlockLatencyHistogramInfo): lat when on LatencyBoundsNs, else nil (a
-// histogram on other bounds). Any other value is neither.
-type statValue struct {
-	n      uint64
-	isUint bool
-	lat    *Histogram
+// statSlot is where a field of QAPI BlockDeviceStats goes in Stats: a
+// counter (field, op) or, hist, the latency histogram of op.
+type statSlot struct {
+	field, op int
+	hist      bool
 }
 
-func (v *statValue) UnmarshalJSON(b []byte) error {
-	if len(b) == 0 || b[0] != '{' {
-		// As json would decode it into a uint64, without a second pass;
-		// null too is left absent, never a zero.
-		n, err := strconv.ParseUint(string(b), 10, 64)
-		v.n, v.isUint = n, err == nil
-		return nil
+// statSlots are the fields of BlockDeviceStats fspair reads, by name.
+var statSlots = func() map[string]statSlot {
+	m := map[string]statSlot{}
+	for f := range qmpFields {
+		for op, name := range qmpFields[f] {
+			if name != "" {
+				m[name] = statSlot{field: f, op: op}
+			}
+		}
 	}
-	// Sized for fspair's bounds, so that ours decode without growing.
-	h := struct {
-		Boundaries []uint64 `json:"boundaries"`
-		Bins       []uint64 `json:"bins"`
-	}{make([]uint64, 0, len(LatencyBoundsNs)), make([]uint64, 0, LatencySlots)}
-	if json.Unmarshal(b, &h) != nil {
-		return nil // not a histogram fspair can read: other bounds
+	for _, op := range HistogramOps {
+		m[qmpHistograms[op]] = statSlot{op: op, hist: true}
 	}
-	if l, kind := ourHistogram(h.Boundaries, h.Bins); kind == histOurs {
-		v.lat = &l
+	return m
+}()
+
+// parseBlockstats reads query-blockstats' return value on its own; what
+// follows it, if anything, makes it not JSON, whatever its shape.
+func parseBlockstats(raw []byte, entries *[]blockstatsEntry) error {
+	s := jsonScanner{b: raw}
+	err := s.decodeBlockstats(entries)
+	if err == nil || errors.Is(err, errShape) {
+		if end := s.end(); end != nil {
+			return end
+		}
 	}
-	return nil
+	return err
 }
 
 // qmpFields names, for each counter of Stats (in statFields order) and
@@ -272,30 +413,10 @@ func histogramLabel(kinds *[NumOps]histKind) string {
 	return label
 }
 
-// stats converts the entry's counters and latency histograms; a field
-// QEMU did not send, or not as an unsigned integer, is left absent. kinds
-// says what it has of each histogram.
-func (e *blockstatsEntry) stats() (st Stats, kinds [NumOps]histKind) {
-	for f := range qmpFields {
-		dst := st.field(f)
-		for op, name := range qmpFields[f] {
-			if v, ok := e.Stats[name]; name != "" && ok && v.isUint {
-				dst[op] = set(v.n)
-			}
-		}
-	}
-	for _, op := range HistogramOps {
-		v, ok := e.Stats[qmpHistograms[op]]
-		switch {
-		case !ok:
-		case v.lat != nil:
-			st.Latency[op], kinds[op] = *v.lat, histOurs
-		default:
-			kinds[op] = histOther
-		}
-	}
-	return st, kinds
-}
+// stats returns the entry's counters and latency histograms (a field
+// QEMU did not send, or not as an unsigned integer, absent), and what it
+// has of each histogram.
+func (e *blockstatsEntry) stats() (Stats, [NumOps]histKind) { return e.st, e.kinds }
 
 // blockEntry is one device of query-block (QAPI BlockInfo): what it has
 // inserted, to match a disk by its image file.
@@ -496,7 +617,10 @@ func (hs *histSetter) refuse(key, reason string) {
 // reachable is where to connect to a socket the VMM names: the path as it
 // is when it exists here, else through the VMM's root (its mount namespace).
 func reachable(path, procRoot string, pid int) string {
-	if _, err := os.Stat(path); err == nil || pid <= 0 {
+	if pid <= 0 {
+		return path
+	}
+	if _, err := os.Stat(path); err == nil {
 		return path
 	}
 	return filepath.Join(procRoot, strconv.Itoa(pid), "root", path)
