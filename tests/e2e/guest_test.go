@@ -35,9 +35,10 @@ import (
 //
 // and that the latency layers nest as the rules decompose them (guest =
 // VMM + image file): the image-file time fits in the guest's time, for
-// direct I/O a device request's mean time fits in an image-file request's,
-// and so does the host queue's with it where requests are not submitted in
-// batches (aio=threads), within 5%; and the image-file flush time does not exceed
+// direct I/O a device request's mean time fits in an image-file request's
+// (the image file's time over the device's requests where reads of holes
+// left the device fewer), and so does the host queue's with it where
+// requests are not submitted in batches (aio=threads), within 5%; and the image-file flush time does not exceed
 // what strace measured QEMU's flush calls to take.
 //
 // For plain QEMU (the exporter finds its QMP monitor on the command line,
@@ -483,10 +484,25 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 			// per request, not sums: an image-file request that spans two
 			// extents of the image is two device requests in parallel,
 			// whose times add up to more than it took (2026-11-29: up to
-			// 6% more device requests than image-file reads).
+			// 6% more device requests than image-file reads). And an
+			// image-file read of a hole (the sparse raw image, qcow2's
+			// preallocation=metadata: a guest read of what nobody wrote)
+			// reaches no device at all, in next to no time, which pulls
+			// the image-file mean down without a device request beside
+			// it (2026-11-30, qcow2 aio=native: device 117.6 us against
+			// the image file's 97.4 us in one run, within bounds in the
+			// next). So where the device saw fewer requests than the
+			// image file, the device's time is held to the image file's
+			// whole time over the same count of requests (the
+			// image-file mean times the device requests can only
+			// undercount it then), and only where it saw as many or
+			// more to the image file's mean.
 			batched := d.aio != "threads"
 			mean := func(sum, n float64) float64 { return sum / math.Max(n, 1) }
 			fileMean, devMean, queueMean := mean(fileT, fileN), mean(devT, devN), mean(queueT, devN)
+			if devN < fileN {
+				fileMean = mean(fileT, devN)
+			}
 			if direct && (devMean > 1.05*fileMean || !batched && queueMean+devMean > 1.05*fileMean) {
 				// The probe's own losses over the jobs, to tell a missed
 				// completion (the request counted untimed, or a program the
@@ -498,7 +514,7 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 					drops += fmt.Sprintf(" %s +%.0f", reason, s1.value(t, "fspair_probe_events_dropped_total", k)-s0.value(t, "fspair_probe_events_dropped_total", k))
 				}
 				drops += fmt.Sprintf(" recursion misses +%.0f", counterSum(s1, "fspair_probe_recursion_misses_total")-counterSum(s0, "fspair_probe_recursion_misses_total"))
-				t.Errorf("layers (%s): direct I/O, but a device request's mean time %.1f us (batched: %v) or with the host queue's %.1f us (not batched) exceeds an image-file request's %.1f us by more than 5%%; probe drops over the jobs:%s",
+				t.Errorf("layers (%s): direct I/O, but a device request's mean time %.1f us (batched: %v) or with the host queue's %.1f us (not batched) exceeds the image file's %.1f us a request (its time over the device's requests where those are fewer) by more than 5%%; probe drops over the jobs:%s",
 					line, devMean*1e6, batched, queueMean*1e6, fileMean*1e6, drops)
 			}
 		} else if d.aio != "io_uring" {
