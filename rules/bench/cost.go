@@ -200,10 +200,16 @@ func outputSelector(name string, labels map[string]string) string {
 	return b.String()
 }
 
+// liveCount is a recorded output's series on the live server: as of the
+// costing's time, and those with a sample in the 5 minutes before it
+// (last_over_time passes over stale markers), which tells a live state
+// that lost its series just before the stop.
+type liveCount struct{ at, recent int }
+
 // liveOutputs counts, on the server that evaluates the rules, the series
 // each recording rule's output holds as of at.
-func liveOutputs(s *server, rules []costedRule, at time.Time) (map[string]int, error) {
-	live := map[string]int{}
+func liveOutputs(s *server, rules []costedRule, at time.Time) (map[string]liveCount, error) {
+	live := map[string]liveCount{}
 	for _, r := range rules {
 		if r.output == "" {
 			continue
@@ -215,7 +221,11 @@ func liveOutputs(s *server, rules []costedRule, at time.Time) (map[string]int, e
 		if err != nil {
 			return nil, fmt.Errorf("count the series of %s: %w", r.output, err)
 		}
-		live[r.output] = c.series
+		recent, err := s.queryCost("count(last_over_time("+r.output+"[5m]))", at)
+		if err != nil {
+			return nil, fmt.Errorf("count the series of %s: %w", r.output, err)
+		}
+		live[r.output] = liveCount{c.series, recent.series}
 	}
 	return live, nil
 }
@@ -240,15 +250,15 @@ func scrapeHealth(s *server, warmup time.Duration, at time.Time) (string, error)
 // of the costing's time, and in each costing pass the sum of the series
 // its rules' expressions returned.
 type outputCheck struct {
-	selector string
-	rules    []string
-	live     int
-	costed   []int
+	selector     string
+	rules        []string
+	live, recent int
+	costed       []int
 }
 
 // outputChecks gathers, for every recorded output, its rules' counts per
 // pass (series holds each rule's count, pass by pass).
-func outputChecks(rules []costedRule, live map[string]int, series map[string][]int) []outputCheck {
+func outputChecks(rules []costedRule, live map[string]liveCount, series map[string][]int) []outputCheck {
 	index := map[string]int{}
 	var out []outputCheck
 	for _, r := range rules {
@@ -259,7 +269,8 @@ func outputChecks(rules []costedRule, live map[string]int, series map[string][]i
 		if !ok {
 			i = len(out)
 			index[r.output] = i
-			out = append(out, outputCheck{selector: r.output, live: live[r.output], costed: make([]int, len(series[r.key]))})
+			l := live[r.output]
+			out = append(out, outputCheck{selector: r.output, live: l.at, recent: l.recent, costed: make([]int, len(series[r.key]))})
 		}
 		out[i].rules = append(out[i].rules, r.key)
 		for p, n := range series[r.key] {
@@ -276,11 +287,19 @@ func outputChecks(rules []costedRule, live map[string]int, series map[string][]i
 // fail the check: an output that lost more than half its live series in a
 // pass (the costing read inputs that were gone), and one whose count
 // changed from pass to pass (the costed state changed under the costing).
+// Apart from the check, an output whose live series as of the stop are
+// fewer than half of those it had in the 5 minutes before is reported: the
+// live state itself lost them (stale markers), and the costing, which reads
+// that state, costs the rules reading it on less than the steady state.
 // It returns the lines to print and how many outputs failed.
 func checkOutputs(checks []outputCheck) ([]string, int) {
 	var lines []string
-	same, failed := 0, 0
+	same, failed, stale := 0, 0, 0
 	for _, c := range checks {
+		if 2*c.live < c.recent {
+			stale++
+			lines = append(lines, fmt.Sprintf("live state: %s: %d series as of the stop, %d in the 5 minutes before: the live server had marked them stale", c.selector, c.live, c.recent))
+		}
 		lo, hi := c.live, c.live
 		if len(c.costed) > 0 {
 			lo, hi = c.costed[0], c.costed[0]
@@ -309,8 +328,8 @@ func checkOutputs(checks []outputCheck) ([]string, int) {
 	if failed > 0 {
 		verdict = "FAILED"
 	}
-	return append([]string{fmt.Sprintf("check %s: %d recorded outputs, %d costed on what the live server held as of the stop in every pass, %d differ, %d failed",
-		verdict, len(checks), same, len(checks)-same, failed)}, lines...), failed
+	return append([]string{fmt.Sprintf("check %s: %d recorded outputs, %d costed on what the live server held as of the stop in every pass, %d differ, %d failed; %d had lost more than half their series in the live server in the 5 minutes before the stop",
+		verdict, len(checks), same, len(checks)-same, failed, stale)}, lines...), failed
 }
 
 // evaluatedGroups waits, up to the warm-up again, until every group has

@@ -209,7 +209,7 @@ func TestOutputSelector(t *testing.T) {
 // rules that record one output add up, an output the costing found
 // matches, one that lost its series or whose count moved between passes
 // fails, and one a little off or found only in the costing is reported
-// without failing.
+// without failing, as is one the live server itself had marked stale.
 func TestCheckOutputs(t *testing.T) {
 	rules := []costedRule{
 		{key: "g/00 a", output: "a"},
@@ -221,7 +221,7 @@ func TestCheckOutputs(t *testing.T) {
 		{key: "g/06 new", output: "new"},
 		{key: "g/07 alert"},
 	}
-	live := map[string]int{"a": 10000, "b": 300, "lost": 10000, "moved": 500, "off": 100, "new": 0}
+	live := map[string]liveCount{"a": {10000, 10000}, "b": {300, 300}, "lost": {10000, 10000}, "moved": {500, 500}, "off": {100, 100}, "new": {0, 7}}
 	series := map[string][]int{
 		"g/00 a": {10000, 10000}, "g/01 b": {100, 100}, "g/02 b": {200, 200},
 		"g/03 lost": {0, 0}, "g/04 moved": {500, 0}, "g/05 off": {90, 90}, "g/06 new": {7, 7}, "g/07 alert": {3, 3},
@@ -235,10 +235,11 @@ func TestCheckOutputs(t *testing.T) {
 		t.Errorf("%d failed, want 2 (lost, moved):\n%s", failed, strings.Join(lines, "\n"))
 	}
 	want := []string{
-		"check FAILED: 6 recorded outputs, 2 costed on what the live server held as of the stop in every pass, 4 differ, 2 failed",
+		"check FAILED: 6 recorded outputs, 2 costed on what the live server held as of the stop in every pass, 4 differ, 2 failed; 1 had lost more than half their series in the live server in the 5 minutes before the stop",
 		"check: lost: live 10000 series, costed [0 0] (g/03 lost) FAILED: lost the live series",
 		"check: moved: live 500 series, costed [500 0] (g/04 moved) FAILED: the count changed between passes",
 		"check: off: live 100 series, costed [90 90] (g/05 off) differs from the live series",
+		"live state: new: 0 series as of the stop, 7 in the 5 minutes before: the live server had marked them stale",
 		"check: new: live 0 series, costed [7 7] (g/06 new) differs from the live series",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
