@@ -208,8 +208,8 @@ func TestOutputSelector(t *testing.T) {
 // TestCheckOutputs checks the costing's check against the live server:
 // rules that record one output add up, an output the costing found
 // matches, one that lost its series or whose count moved between passes
-// fails, and one a little off or found only in the costing is reported
-// without failing, as is one the live server itself had marked stale.
+// fails, as does one the live server itself had marked stale, and one a
+// little off or found only in the costing is reported without failing.
 func TestCheckOutputs(t *testing.T) {
 	rules := []costedRule{
 		{key: "g/00 a", output: "a"},
@@ -231,15 +231,15 @@ func TestCheckOutputs(t *testing.T) {
 		t.Fatalf("checks %+v: want 6 outputs, b's two rules adding up to 300", checks)
 	}
 	lines, failed := checkOutputs(checks)
-	if failed != 2 {
-		t.Errorf("%d failed, want 2 (lost, moved):\n%s", failed, strings.Join(lines, "\n"))
+	if failed != 3 {
+		t.Errorf("%d failed, want 3 (lost, moved, new's live state):\n%s", failed, strings.Join(lines, "\n"))
 	}
 	want := []string{
 		"check FAILED: 6 recorded outputs, 2 costed on what the live server held as of the stop in every pass, 4 differ, 2 failed; 1 had lost more than half their series in the live server in the 5 minutes before the stop",
 		"check: lost: live 10000 series, costed [0 0] (g/03 lost) FAILED: lost the live series",
 		"check: moved: live 500 series, costed [500 0] (g/04 moved) FAILED: the count changed between passes",
 		"check: off: live 100 series, costed [90 90] (g/05 off) differs from the live series",
-		"live state: new: 0 series as of the stop, 7 in the 5 minutes before: the live server had marked them stale",
+		"live state: new: 0 series as of the stop, 7 in the 5 minutes before: FAILED: the live server had marked them stale",
 		"check: new: live 0 series, costed [7 7] (g/06 new) differs from the live series",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
