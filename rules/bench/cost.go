@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -18,21 +17,32 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// costedRule is one rule's expression and its group.
-type costedRule struct{ key, group, expr string }
+// costedRule is one rule's expression and its group, and for a recording
+// rule the selector of the series it records.
+type costedRule struct{ key, group, expr, output string }
 
 // ruleCost waits out the warm-up and for every group to have evaluated,
-// stops the server's scraping and rule evaluation, and then runs each
-// rule's expression alone, o.samples times over, as of just before the stop.
-// There every rule reads what its inputs last recorded, as it would at its
-// own next evaluation (at its group's last evaluation, a group that ran
-// just before the group it reads finds nothing). With the server otherwise idle, its CPU time over a query is
+// counts the series each recording rule holds as of just before the stop,
+// stops the server and starts another on its data that scrapes nothing and
+// evaluates nothing, and there runs each rule's expression alone, o.samples
+// times over, as of that time. Every rule reads what its inputs last
+// recorded, as it would at its own next evaluation (at its group's last
+// evaluation, a group that ran just before the group it reads finds
+// nothing). With the server otherwise idle, its CPU time over a query is
 // that rule's cost, however many cores other work holds; the wall time
 // (evalTotalTime) is printed beside it to show how far contention stretched
 // it. The expression is counted (count(expr)) so that the server does not
 // spend the measured time encoding 10,000 series into JSON; the count is
-// printed as the series the rule records. The expressions of -queries are
-// costed with the rules, each pass, as group "query".
+// printed as the series the rule records, and checked against what the
+// rule held live (checkOutputs). The expressions of -queries are costed
+// with the rules, each pass, as group "query".
+//
+// Why a second server rather than reloading the first into an idle
+// configuration: the reload stops the scrapes and the rule groups, and
+// whatever the stopping server still writes lands in the state being
+// costed. A shutdown writes no stale markers (Prometheus skips them when
+// it stops), and the second server's head, replayed from the WAL, changes
+// no more while it is costed.
 func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error {
 	warmUp(o.warmup)
 	groups, err := evaluatedGroups(s, o.warmup)
@@ -44,54 +54,70 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 	for _, g := range groups {
 		interval[g.Name] = g.Interval
 		for i, r := range g.Rules {
-			rules = append(rules, costedRule{ruleKey(g.Name, i, r.Name), g.Name, r.Query})
+			c := costedRule{key: ruleKey(g.Name, i, r.Name), group: g.Name, expr: r.Query}
+			if r.Type == "recording" {
+				c.output = outputSelector(r.Name, r.Labels)
+			}
+			rules = append(rules, c)
 		}
 	}
-	// Before the stale markers the stop writes.
-	at := time.Now().Add(-time.Second)
+	at, live, err := completeState(s, rules, o.warmup)
+	if err != nil {
+		return err
+	}
 	// Whether the server kept up during the warm-up: a group that misses
 	// iterations, or takes longer than its inputs' lookback, records gaps
 	// that reset what the rules hold over time (the workload class's
-	// settling), so the state costed below is not the steady one.
+	// settling), so the state costed below is not the steady one. A failed
+	// scrape marks every scraped series stale at its time.
 	health, behind, err := s.groupHealth()
 	if err != nil {
 		return err
 	}
-	for i, e := range exprs {
-		rules = append(rules, costedRule{fmt.Sprintf("query/%02d %s", i, e), "query", e})
-	}
-	if err := s.idle(dir); err != nil {
+	scrapes, err := scrapeHealth(s, o.warmup, at)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("# fspair rules cost %s: %d disks, rules %s, scrape %s, warm-up %s; then each rule alone as of the stop, median of %d runs\n",
+	for i, e := range exprs {
+		rules = append(rules, costedRule{key: fmt.Sprintf("query/%02d %s", i, e), group: "query", expr: e})
+	}
+	fmt.Fprintf(os.Stderr, "stopping %s and starting a server on its data with no scrapes and no rules\n", s.name)
+	s.stopWithin(2 * time.Minute)
+	idle, err := launch(o.bin, dir, s.name, "global:\n  scrape_interval: 1h\n  evaluation_interval: 1h\n", o.extra, 20*time.Minute)
+	if err != nil {
+		return fmt.Errorf("start the costing server: %w", err)
+	}
+	defer idle.stop()
+	fmt.Printf("# fspair rules cost %s: %d disks, rules %s, scrape %s, warm-up %s; then each rule alone as of the stop, median of %d runs, on a server restarted on the data with no scrapes and no rules\n",
 		time.Now().UTC().Format(time.RFC3339), o.disks, strings.Join(relPaths(ruleFiles), " "), o.scrape, o.warmup, o.samples)
 	// Each pass runs every rule once, so that a spell of load elsewhere
 	// falls on one run of many rules rather than on every run of one.
 	cpu, wall := map[string][]float64{}, map[string][]float64{}
-	series := map[string]int{}
+	series := map[string][]int{}
 	var base []float64
 	for pass := 0; pass < o.samples; pass++ {
 		for i := 0; i < 5; i++ {
-			c, err := s.queryCost("count(vector(1))", at)
+			c, err := idle.queryCost("count(vector(1))", at)
 			if err != nil {
 				return err
 			}
 			base = append(base, c.cpu)
 		}
 		for _, r := range rules {
-			c, err := s.queryCost("count("+r.expr+")", at)
+			c, err := idle.queryCost("count("+r.expr+")", at)
 			if err != nil {
 				return fmt.Errorf("rule %s: %w", r.key, err)
 			}
 			cpu[r.key] = append(cpu[r.key], c.cpu)
 			wall[r.key] = append(wall[r.key], c.wall)
-			series[r.key] = c.series
+			series[r.key] = append(series[r.key], c.series)
 		}
 		fmt.Fprintf(os.Stderr, "costed every rule %d of %d times\n", pass+1, o.samples)
 	}
 	for _, l := range health {
 		fmt.Println("#", l)
 	}
+	fmt.Println("#", scrapes)
 	if behind {
 		fmt.Println("# note: groups missed evaluations in the warm-up: the server did not keep up, its rules' inputs went stale between evaluations, " +
 			"and what the rules hold over time (the workload class's settling) restarted; the state costed is not the steady one")
@@ -99,16 +125,20 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 	// The rules that read the class (the pairing, the fleet, the pairs'
 	// alerts) read only settled ones: how many there are at the stop says
 	// how far from the steady state (every disk settled) the run is.
-	settled, err := s.queryCost(`count(domain_disk:fspair_workload_class:settled_ratio == 1)`, at)
+	settled, err := idle.queryCost(`count(domain_disk:fspair_workload_class:settled_ratio == 1)`, at)
 	if err != nil {
 		return err
 	}
-	classed, err := s.queryCost(`count(domain_disk:fspair_workload_class:info)`, at)
+	classed, err := idle.queryCost(`count(domain_disk:fspair_workload_class:info)`, at)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("# at the stop %d of %d disks' workload classes had settled\n", settled.series, classed.series)
 	fmt.Printf("# a trivial query (count(vector(1))) costs %.2f ms of CPU (median of %d): the HTTP round's share of each rule's figure\n", median(base)*1000, len(base))
+	checkLines, failed := checkOutputs(outputChecks(rules, live, series))
+	for _, l := range checkLines {
+		fmt.Println("#", l)
+	}
 	// The minimum beside the median: a Go garbage collection that a rule's
 	// allocations trigger runs on while the next rules are costed, so
 	// the extra time lands on whichever rule comes next; the least of the
@@ -123,7 +153,8 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 		groupCPU[r.group] += c
 		groupMin[r.group] += m
 		groupWall[r.group] += w
-		fmt.Printf("rule %-90s cpu %8.1f ms (min %8.1f)  wall %8.1f ms  %7d series\n", r.key, c*1000, m*1000, w*1000, series[r.key])
+		n := series[r.key]
+		fmt.Printf("rule %-90s cpu %8.1f ms (min %8.1f)  wall %8.1f ms  %7d series\n", r.key, c*1000, m*1000, w*1000, n[len(n)-1])
 	}
 	var totalCPU, totalMin, totalWall, perMinute float64
 	for _, g := range order {
@@ -145,7 +176,195 @@ func ruleCost(s *server, dir string, o options, ruleFiles, exprs []string) error
 	if o.warmup < time.Hour {
 		fmt.Println("note: warm-up shorter than 1h: the long-window rules read less history than in steady state")
 	}
+	if failed > 0 {
+		return fmt.Errorf("%d recorded outputs failed the check (the lines \"check:\" and \"live state:\" above): costed on inputs the costing server had not, or that the live server had lost; the totals understate the rules' cost", failed)
+	}
 	return nil
+}
+
+// outputSelector selects the series a recording rule named name with
+// labels writes: rules of one name tell their series apart by their labels.
+func outputSelector(name string, labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "{__name__=%q", name)
+	for _, k := range keys {
+		fmt.Fprintf(&b, ",%s=%q", k, labels[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// completeState picks the time to cost at: the first, from now on and for
+// up to wait, at which no recorded output of the live server has lost more
+// than half the series it had in the 5 minutes before, and returns it with
+// the outputs' live counts then (or, after wait, the last ones, which the
+// check then fails). A server that cannot keep up with the scrapes (10,000
+// disks on one core: a scrape takes a minute and some exceed the scrape
+// timeout) goes through spells in which a failed scrape has marked every
+// scraped series stale until the next one lands, the rules that read them
+// as instant vectors record nothing and Prometheus marks their outputs
+// stale, and the rules that read those outputs follow; a costing as of such
+// a time costs the rules on missing inputs.
+func completeState(s *server, rules []costedRule, wait time.Duration) (time.Time, map[string]liveCount, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		at := time.Now().Add(-time.Second)
+		live, err := liveOutputs(s, rules, at)
+		if err != nil {
+			return at, nil, err
+		}
+		var lost []string
+		for sel, c := range live {
+			if 2*c.at < c.recent {
+				lost = append(lost, sel)
+			}
+		}
+		if len(lost) == 0 || time.Now().After(deadline) {
+			return at, live, nil
+		}
+		sort.Strings(lost)
+		fmt.Fprintf(os.Stderr, "live state incomplete as of %s: %d recorded outputs lost more than half their series in the 5 minutes before (%s, ...); again in 30s\n",
+			at.UTC().Format(time.TimeOnly), len(lost), lost[0])
+		time.Sleep(30 * time.Second)
+	}
+}
+
+// liveCount is a recorded output's series on the live server: as of the
+// costing's time, and those with a sample in the 5 minutes before it
+// (last_over_time passes over stale markers), which tells a live state
+// that lost its series just before the stop.
+type liveCount struct{ at, recent int }
+
+// liveOutputs counts, on the server that evaluates the rules, the series
+// each recording rule's output holds as of at.
+func liveOutputs(s *server, rules []costedRule, at time.Time) (map[string]liveCount, error) {
+	live := map[string]liveCount{}
+	for _, r := range rules {
+		if r.output == "" {
+			continue
+		}
+		if _, ok := live[r.output]; ok {
+			continue
+		}
+		c, err := s.queryCost("count("+r.output+")", at)
+		if err != nil {
+			return nil, fmt.Errorf("count the series of %s: %w", r.output, err)
+		}
+		recent, err := s.queryCost("count(last_over_time("+r.output+"[5m]))", at)
+		if err != nil {
+			return nil, fmt.Errorf("count the series of %s: %w", r.output, err)
+		}
+		live[r.output] = liveCount{c.series, recent.series}
+	}
+	return live, nil
+}
+
+// scrapeHealth says how many of the warm-up's scrapes failed and the
+// slowest one, from the server's own up and scrape_duration_seconds.
+func scrapeHealth(s *server, warmup time.Duration, at time.Time) (string, error) {
+	w := model.Duration(warmup + time.Minute).String()
+	var n [3]float64
+	for i, e := range []string{`count_over_time(up{job="fspair"}[` + w + `])`, `sum_over_time(up{job="fspair"}[` + w + `])`,
+		`max_over_time(scrape_duration_seconds{job="fspair"}[` + w + `])`} {
+		v, err := s.queryValue(e, at)
+		if err != nil {
+			return "", err
+		}
+		n[i] = v
+	}
+	return fmt.Sprintf("warm-up: %.0f scrapes, %.0f failed (each marks every scraped series stale at its time), slowest %.1f s", n[0], n[0]-n[1], n[2]), nil
+}
+
+// outputCheck is one recorded output: the series the live server held as
+// of the costing's time, and in each costing pass the sum of the series
+// its rules' expressions returned.
+type outputCheck struct {
+	selector     string
+	rules        []string
+	live, recent int
+	costed       []int
+}
+
+// outputChecks gathers, for every recorded output, its rules' counts per
+// pass (series holds each rule's count, pass by pass).
+func outputChecks(rules []costedRule, live map[string]liveCount, series map[string][]int) []outputCheck {
+	index := map[string]int{}
+	var out []outputCheck
+	for _, r := range rules {
+		if r.output == "" {
+			continue
+		}
+		i, ok := index[r.output]
+		if !ok {
+			i = len(out)
+			index[r.output] = i
+			l := live[r.output]
+			out = append(out, outputCheck{selector: r.output, live: l.at, recent: l.recent, costed: make([]int, len(series[r.key]))})
+		}
+		out[i].rules = append(out[i].rules, r.key)
+		for p, n := range series[r.key] {
+			out[i].costed[p] += n
+		}
+	}
+	return out
+}
+
+// checkOutputs judges whether the costing read the state the live server
+// had: an output's expressions must return, in every pass, what the live
+// server held (a rule evaluated at its group's last evaluation and costed a
+// little later can differ by its inputs' changes meanwhile). Two things
+// fail the check: an output that lost more than half its live series in a
+// pass (the costing read inputs that were gone), and one whose count
+// changed from pass to pass (the costed state changed under the costing).
+// A third fails it too: an output whose live series as of the stop are
+// fewer than half of those it had in the 5 minutes before: the live state
+// itself had lost them (stale markers, see completeState), and the
+// costing, which reads that state, costs the rules reading it on less than
+// the steady state. It returns the lines to print and how many outputs
+// failed.
+func checkOutputs(checks []outputCheck) ([]string, int) {
+	var lines []string
+	same, failed, stale := 0, 0, 0
+	for _, c := range checks {
+		if 2*c.live < c.recent {
+			stale++
+			lines = append(lines, fmt.Sprintf("live state: %s: %d series as of the stop, %d in the 5 minutes before: FAILED: the live server had marked them stale", c.selector, c.live, c.recent))
+		}
+		lo, hi := c.live, c.live
+		if len(c.costed) > 0 {
+			lo, hi = c.costed[0], c.costed[0]
+		}
+		for _, n := range c.costed {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		var what string
+		switch {
+		case lo != hi:
+			what = "FAILED: the count changed between passes"
+		case c.live > 0 && 2*lo < c.live:
+			what = "FAILED: lost the live series"
+		case lo == c.live:
+			same++
+			continue
+		default:
+			what = "differs from the live series"
+		}
+		if strings.HasPrefix(what, "FAILED") {
+			failed++
+		}
+		lines = append(lines, fmt.Sprintf("check: %s: live %d series, costed %v (%s) %s", c.selector, c.live, c.costed, strings.Join(c.rules, ", "), what))
+	}
+	verdict := "passed"
+	if failed+stale > 0 {
+		verdict = "FAILED"
+	}
+	return append([]string{fmt.Sprintf("check %s: %d recorded outputs, %d costed on what the live server held as of the stop in every pass, %d differ, %d failed; %d had lost more than half their series in the live server in the 5 minutes before the stop",
+		verdict, len(checks), same, len(checks)-same, failed, stale)}, lines...), failed + stale
 }
 
 // evaluatedGroups waits, up to the warm-up again, until every group has
@@ -174,33 +393,12 @@ func evaluatedGroups(s *server, wait time.Duration) ([]listedGroup, error) {
 	}
 }
 
-// idle reloads the server with a configuration that scrapes nothing and
-// loads no rules, and waits until its rule groups are gone. What was
-// recorded stays queryable at the times it was recorded.
-func (s *server) idle(dir string) error {
-	cfg := "global:\n  scrape_interval: 1h\n  evaluation_interval: 1h\n"
-	if err := os.WriteFile(filepath.Join(dir, s.name, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		return fmt.Errorf("write idle config: %w", err)
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		return fmt.Errorf("reload %s: %w", s.name, err)
-	}
-	for i := 0; i < 120; i++ {
-		if g, err := s.listGroups(); err == nil && len(g) == 0 {
-			// Removed groups and targets write their stale markers now.
-			time.Sleep(5 * time.Second)
-			return nil
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return fmt.Errorf("%s still evaluates rules 60s after the reload; see its prometheus.log", s.name)
-}
-
 // cost is what one query took: the server's CPU and the engine's wall
-// time, in seconds, and the value of its count.
+// time, in seconds, and the value of its count (value, as a whole number
+// series); 0 for an empty result.
 type cost struct {
-	cpu, wall float64
-	series    int
+	cpu, wall, value float64
+	series           int
 }
 
 // queryCost runs expr as of t on s, an instant query whose result is a count.
@@ -240,9 +438,19 @@ func (s *server) queryCost(expr string, t time.Time) (cost, error) {
 		if err := json.Unmarshal(sample.Value[1], &v); err != nil {
 			return cost{}, fmt.Errorf("read count: %w", err)
 		}
-		c.series, _ = strconv.Atoi(v)
+		if c.value, err = strconv.ParseFloat(v, 64); err != nil {
+			return cost{}, fmt.Errorf("read count: %w", err)
+		}
+		c.series = int(c.value)
 	}
 	return c, nil
+}
+
+// queryValue is the value of expr as of t on s, a query of one result; 0
+// for none.
+func (s *server) queryValue(expr string, t time.Time) (float64, error) {
+	c, err := s.queryCost(expr, t)
+	return c.value, err
 }
 
 // cpuNanos is the CPU time the server's threads have run, in nanoseconds

@@ -18,14 +18,18 @@
 // rule's parts cost per series), and -hold keeps it up for ad-hoc queries.
 //
 // -cost measures each rule apart from what else the machine runs: after the
-// warm-up the server stops scraping and evaluating, and each rule's expression
-// is run alone on what the rules last recorded, costed in the server's CPU time
-// (what evaluating it takes, however many cores other work holds) beside its
-// wall time. Per group and in total, these add up to what one evaluation of
-// every rule costs; the live evaluation times above are wall times of groups
-// that run at once and share the cores with everything else. It says whether
-// every group kept up in the warm-up and how many disks' workload classes had
-// settled at the stop: a class settles 6 minutes after its last change,
+// warm-up the server is stopped and another started on its data that scrapes
+// and evaluates nothing, and there each rule's expression is run alone on what
+// the rules last recorded, costed in the server's CPU time (what evaluating it
+// takes, however many cores other work holds) beside its wall time. Per group
+// and in total, these add up to what one evaluation of every rule costs; the
+// live evaluation times above are wall times of groups that run at once and
+// share the cores with everything else. It fails unless every recording
+// rule's expression returns, in every pass, about the series the live server
+// held for the rule as of the costing's time (the "check" lines: a costing on
+// lost inputs understates the cost). It says whether every group kept up and
+// how many scrapes failed in the warm-up, and how many disks' workload classes
+// had settled at the stop: a class settles 6 minutes after its last change,
 // which at 10,000 disks on one core came 3-5 minutes into the warm-up, so
 // 10 minutes is at the edge of the steady state (every class settled; 2,000
 // and 10,000 of 10,000 in two runs) and -warmup 12m or more reaches it.
@@ -220,12 +224,12 @@ func freePort() (string, error) {
 }
 
 func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval time.Duration, extra []string) (*server, error) {
-	addr, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  evaluation_interval: %s\n", scrape, eval)
+	// The scrape may take its whole interval: at 10,000 disks on a busy
+	// core the synthetic exporter renders and Prometheus reads the
+	// exposition for longer than the default 10s, and a scrape that times
+	// out marks every scraped series stale.
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n", scrape, scrape, eval)
 	if len(rules) > 0 {
 		cfg.WriteString("rule_files:\n")
 		for _, r := range rules {
@@ -233,17 +237,29 @@ func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval
 		}
 	}
 	fmt.Fprintf(&cfg, "scrape_configs:\n  - job_name: fspair\n    static_configs:\n      - targets: [%q]\n", target)
+	return launch(bin, dir, name, cfg.String(), extra, 30*time.Second)
+}
+
+// launch starts Prometheus with configuration cfg on the data directory
+// dir/name/data and waits up to ready for it to answer /-/ready. Its log
+// goes to dir/name/prometheus.log, after that of an earlier server there.
+func launch(bin, dir, name, cfg string, extra []string, ready time.Duration) (*server, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	d := filepath.Join(dir, name)
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", d, err)
 	}
-	if err := os.WriteFile(filepath.Join(d, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("write config: %w", err)
 	}
-	logf, err := os.Create(filepath.Join(d, "prometheus.log"))
+	logf, err := os.OpenFile(filepath.Join(d, "prometheus.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create log: %w", err)
 	}
+	defer logf.Close()
 	args := append([]string{"--config.file=" + filepath.Join(d, "prometheus.yml"),
 		"--storage.tsdb.path=" + filepath.Join(d, "data"), "--web.listen-address=" + addr}, extra...)
 	cmd := exec.Command(bin, args...)
@@ -252,26 +268,38 @@ func startPrometheus(bin, dir, name, target string, rules []string, scrape, eval
 		return nil, fmt.Errorf("start %s (install the Debian package prometheus): %w", bin, err)
 	}
 	s := &server{name: name, url: "http://" + addr, cmd: cmd}
-	for i := 0; i < 60; i++ {
+	start := time.Now()
+	for said := time.Duration(0); time.Since(start) < ready; time.Sleep(500 * time.Millisecond) {
 		if resp, err := http.Get(s.url + "/-/ready"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return s, nil
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		// A server on a big head replays its WAL for minutes.
+		if w := time.Since(start).Truncate(30 * time.Second); w > said {
+			said = w
+			fmt.Fprintf(os.Stderr, "waiting for prometheus %s to be ready (its WAL replayed): %s\n", name, w)
+		}
 	}
 	s.stop()
-	return nil, fmt.Errorf("prometheus %s not ready after 30s; see %s", name, logf.Name())
+	return nil, fmt.Errorf("prometheus %s not ready after %s; see %s", name, ready, logf.Name())
 }
 
-func (s *server) stop() {
+func (s *server) stop() { s.stopWithin(20 * time.Second) }
+
+// stopWithin interrupts the server and kills it if it has not exited
+// within d.
+func (s *server) stopWithin(d time.Duration) {
+	if s.cmd.ProcessState != nil {
+		return
+	}
 	_ = s.cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
 	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(d):
 		_ = s.cmd.Process.Kill()
 		<-done
 	}
@@ -306,11 +334,13 @@ type listedGroup struct {
 	EvaluationTime float64   `json:"evaluationTime"`
 	LastEvaluation time.Time `json:"lastEvaluation"`
 	Rules          []struct {
-		Health         string  `json:"health"`
-		LastError      string  `json:"lastError"`
-		Name           string  `json:"name"`
-		Query          string  `json:"query"`
-		EvaluationTime float64 `json:"evaluationTime"`
+		Health         string            `json:"health"`
+		LastError      string            `json:"lastError"`
+		Name           string            `json:"name"`
+		Query          string            `json:"query"`
+		Type           string            `json:"type"`
+		Labels         map[string]string `json:"labels"`
+		EvaluationTime float64           `json:"evaluationTime"`
 	} `json:"rules"`
 }
 
@@ -415,7 +445,7 @@ func run() int {
 	flag.DurationVar(&o.eval, "eval", time.Minute, "rule evaluation interval")
 	extra := flag.String("prometheus-flags", "", "more flags for both servers, space-separated (for example --enable-feature=concurrent-rule-eval)")
 	flag.StringVar(&o.queries, "queries", "", "after the warm-up, time each PromQL expression of this file (one a line, # comments) on a server without rules, print them and stop; with -cost, cost them beside the rules on the server with them (a rewritten rule against the rule as it is)")
-	flag.BoolVar(&o.cost, "cost", false, "after the warm-up, stop scraping and evaluating and cost each rule alone on what the rules last recorded: the server's CPU time and the query's wall time, median of -samples runs (one server, no server without rules)")
+	flag.BoolVar(&o.cost, "cost", false, "after the warm-up, stop the server, start one on its data that scrapes and evaluates nothing, and cost each rule alone there on what the rules last recorded: the server's CPU time and the query's wall time, median of -samples runs; fails if a rule reads fewer series than the live server held (no server without rules)")
 	flag.BoolVar(&o.hold, "hold", false, "after the warm-up, keep the server with rules up for ad-hoc PromQL (its URL printed) until interrupted, and measure nothing")
 	flag.Parse()
 	o.extra = strings.Fields(*extra)

@@ -192,3 +192,85 @@ go_memstats_heap_inuse_bytes 7.89e+06
 		}
 	}
 }
+
+// TestOutputSelector checks that rules of one name are told apart by
+// their labels, in a fixed order.
+func TestOutputSelector(t *testing.T) {
+	got := outputSelector("domain_disk:x:quantile5m", map[string]string{"quantile": "0.99", "layer": "guest"})
+	if want := `{__name__="domain_disk:x:quantile5m",layer="guest",quantile="0.99"}`; got != want {
+		t.Errorf("selector %s, want %s", got, want)
+	}
+	if got := outputSelector("a:b", nil); got != `{__name__="a:b"}` {
+		t.Errorf("selector without labels %s", got)
+	}
+}
+
+// TestCheckOutputs checks the costing's check against the live server:
+// rules that record one output add up, an output the costing found
+// matches, one that lost its series or whose count moved between passes
+// fails, as does one the live server itself had marked stale, and one a
+// little off or found only in the costing is reported without failing.
+func TestCheckOutputs(t *testing.T) {
+	rules := []costedRule{
+		{key: "g/00 a", output: "a"},
+		{key: "g/01 b", output: "b"},
+		{key: "g/02 b", output: "b"},
+		{key: "g/03 lost", output: "lost"},
+		{key: "g/04 moved", output: "moved"},
+		{key: "g/05 off", output: "off"},
+		{key: "g/06 new", output: "new"},
+		{key: "g/07 alert"},
+	}
+	live := map[string]liveCount{"a": {10000, 10000}, "b": {300, 300}, "lost": {10000, 10000}, "moved": {500, 500}, "off": {100, 100}, "new": {0, 7}}
+	series := map[string][]int{
+		"g/00 a": {10000, 10000}, "g/01 b": {100, 100}, "g/02 b": {200, 200},
+		"g/03 lost": {0, 0}, "g/04 moved": {500, 0}, "g/05 off": {90, 90}, "g/06 new": {7, 7}, "g/07 alert": {3, 3},
+	}
+	checks := outputChecks(rules, live, series)
+	if len(checks) != 6 || checks[1].selector != "b" || checks[1].costed[0] != 300 || len(checks[1].rules) != 2 {
+		t.Fatalf("checks %+v: want 6 outputs, b's two rules adding up to 300", checks)
+	}
+	lines, failed := checkOutputs(checks)
+	if failed != 3 {
+		t.Errorf("%d failed, want 3 (lost, moved, new's live state):\n%s", failed, strings.Join(lines, "\n"))
+	}
+	want := []string{
+		"check FAILED: 6 recorded outputs, 2 costed on what the live server held as of the stop in every pass, 4 differ, 2 failed; 1 had lost more than half their series in the live server in the 5 minutes before the stop",
+		"check: lost: live 10000 series, costed [0 0] (g/03 lost) FAILED: lost the live series",
+		"check: moved: live 500 series, costed [500 0] (g/04 moved) FAILED: the count changed between passes",
+		"check: off: live 100 series, costed [90 90] (g/05 off) differs from the live series",
+		"live state: new: 0 series as of the stop, 7 in the 5 minutes before: FAILED: the live server had marked them stale",
+		"check: new: live 0 series, costed [7 7] (g/06 new) differs from the live series",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	lines, failed = checkOutputs(checks[:2])
+	if failed != 0 || len(lines) != 1 || !strings.HasPrefix(lines[0], "check passed: 2 recorded outputs, 2 costed") {
+		t.Errorf("matching outputs: %d failed, lines %q", failed, lines)
+	}
+}
+
+// TestScrapeHealth checks the warm-up's scrape account: failed scrapes are
+// the scrapes less those that succeeded, read as of the costing's time.
+func TestScrapeHealth(t *testing.T) {
+	var times []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		times = append(times, r.Form.Get("time"))
+		v := map[string]string{"count_over_time": "44", "sum_over_time": "41", "max_over_time": "12.25"}[strings.SplitN(r.Form.Get("query"), "(", 2)[0]]
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1795885200.5,%q]}]}}`, v)
+	}))
+	defer srv.Close()
+	self, _ := os.FindProcess(os.Getpid())
+	got, err := scrapeHealth(&server{url: srv.URL, cmd: &exec.Cmd{Process: self}}, 10*time.Minute, time.Unix(1795885200, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "warm-up: 44 scrapes, 3 failed (each marks every scraped series stale at its time), slowest 12.2 s"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if len(times) != 3 || times[0] != "1795885200.000" {
+		t.Errorf("queried at %q, want 3 queries at 1795885200.000", times)
+	}
+}
