@@ -183,8 +183,13 @@ func FuzzParseBlockstats(f *testing.F) {
 		f.Add([]byte(raw))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		// encoding/json follows 10,000 levels, the scanner maxJSONDepth:
+		// past that the scanner's refusal is the only difference allowed.
 		if strings.Count(string(raw), "[")+strings.Count(string(raw), "{") > maxJSONDepth {
-			t.Skip("may nest deeper than the scanner follows") // encoding/json follows 10,000 levels
+			var entries []blockstatsEntry
+			if err := parseBlockstats(raw, &entries); err != nil && strings.Contains(err.Error(), "nested too deep") {
+				return
+			}
 		}
 		checkBlockstats(t, "fuzz", raw)
 	})

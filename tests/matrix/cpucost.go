@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -441,9 +442,9 @@ func (r cpuCostRunResult) Pinning() string {
 		return "no fio process sampled"
 	}
 	var parts []string
-	for _, allowed := range sortedKeys(by) {
+	for _, allowed := range slices.Sorted(maps.Keys(by)) {
 		var cpus []string
-		for _, c := range sortedKeys(by[allowed].cpus) {
+		for _, c := range slices.Sorted(maps.Keys(by[allowed].cpus)) {
 			cpus = append(cpus, strconv.Itoa(c))
 		}
 		parts = append(parts, fmt.Sprintf("%d allowed %s ran on %s (%d samples)", by[allowed].procs, allowed, strings.Join(cpus, ","), by[allowed].samples))
@@ -513,7 +514,7 @@ func (r cpuCostRunResult) Record() string {
 	b.WriteString("# " + r.Pinning() + "\n")
 	if busy := r.busy(); len(busy) > 0 {
 		var parts []string
-		for _, cpu := range sortedKeys(busy) {
+		for _, cpu := range slices.Sorted(maps.Keys(busy)) {
 			parts = append(parts, fmt.Sprintf("%s %d", cpu, busy[cpu]))
 		}
 		b.WriteString("# busy ticks (USER_HZ, not idle or iowait) from attached to detach: " + strings.Join(parts, ", ") + "\n")
@@ -522,14 +523,4 @@ func (r cpuCostRunResult) Record() string {
 		b.WriteString("# PROBLEM: " + pr + "\n")
 	}
 	return b.String()
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[K int | string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
