@@ -32,7 +32,9 @@
 // had settled at the stop: a class settles 6 minutes after its last change,
 // which at 10,000 disks on one core came 3-5 minutes into the warm-up, so
 // 10 minutes is at the edge of the steady state (every class settled; 2,000
-// and 10,000 of 10,000 in two runs) and -warmup 12m or more reaches it.
+// and 10,000 of 10,000 in two runs of the box rules) and -warmup 12m or more
+// reaches it; the fitted classifier's rules at 10,000 disks on one core fell
+// behind and settled no class in 10 minutes (2026-11-30).
 //
 // The long-window rules read an hour of their own history; with a warm-up
 // shorter than the long window they read less and cost less than in steady
