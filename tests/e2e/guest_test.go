@@ -535,32 +535,11 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 
 // slowest is the upper bound of the bucket of histogram name{want} that
 // holds the slowest of the observations it counted between s0 and s1 (the
-// text scrape's classic buckets), or otherwise when no finite bucket holds
-// them all.
+// text scrape's classic buckets), or otherwise when it counted none or no
+// finite bucket holds them all.
 func slowest(s0, s1 scrape, name string, want map[string]string, otherwise float64) float64 {
-	hist := func(s scrape) *dto.Histogram {
-		ms := s.series(name, want)
-		if len(ms) != 1 {
-			return nil
-		}
-		return ms[0].GetHistogram()
-	}
-	h0, h1 := hist(s0), hist(s1)
-	if h1 == nil {
-		return otherwise
-	}
-	before := map[float64]uint64{}
-	total := h1.GetSampleCount()
-	if h0 != nil {
-		total -= h0.GetSampleCount()
-		for _, b := range h0.GetBucket() {
-			before[b.GetUpperBound()] = b.GetCumulativeCount()
-		}
-	}
-	for _, b := range h1.GetBucket() {
-		if ub := b.GetUpperBound(); !math.IsInf(ub, 1) && b.GetCumulativeCount()-before[ub] >= total {
-			return ub
-		}
+	if _, hi, ok := windowBucket(s0, s1, name, want, 1); ok && !math.IsInf(hi, 1) {
+		return hi
 	}
 	return otherwise
 }

@@ -282,13 +282,25 @@ func fioClat(t *testing.T, res *lab.FioResult) map[string]map[string]float64 {
 }
 
 // quantileBucket is the classic bucket (lower, upper bound in seconds)
-// holding the q-quantile of the observations a histogram series gained
-// between two scrapes.
+// holding the q-quantile of the observations a guest latency histogram
+// series gained between two scrapes.
 func quantileBucket(t *testing.T, s0, s1 scrape, k map[string]string, q float64) (lo, hi float64) {
 	t.Helper()
+	lo, hi, ok := windowBucket(s0, s1, "fspair_disk_guest_request_duration_seconds", k, q)
+	if !ok {
+		t.Fatalf("no observation in histogram %v", k)
+	}
+	return lo, hi
+}
+
+// windowBucket is the classic bucket (lower, upper bound) of histogram
+// name{k} holding the q-quantile of the observations it gained between two
+// scrapes; ok false when it gained none. The upper bound is +Inf when the
+// quantile lies beyond every finite bucket.
+func windowBucket(s0, s1 scrape, name string, k map[string]string, q float64) (lo, hi float64, ok bool) {
 	cum := func(s scrape) map[float64]float64 {
 		out := map[float64]float64{math.Inf(1): 0}
-		ms := s.series("fspair_disk_guest_request_duration_seconds", k)
+		ms := s.series(name, k)
 		if len(ms) == 1 {
 			h := ms[0].GetHistogram()
 			for _, b := range h.GetBucket() {
@@ -306,15 +318,14 @@ func quantileBucket(t *testing.T, s0, s1 scrape, k map[string]string, q float64)
 	sort.Float64s(bounds)
 	total := c1[math.Inf(1)] - c0[math.Inf(1)]
 	if total <= 0 {
-		t.Fatalf("no observation in histogram %v", k)
+		return 0, 0, false
 	}
 	rank := math.Ceil(q * total)
-	lo = 0
 	for _, b := range bounds {
 		if c1[b]-c0[b] >= rank {
-			return lo, b
+			return lo, b, true
 		}
 		lo = b
 	}
-	return lo, math.Inf(1) // not reached: +Inf holds the total
+	return lo, math.Inf(1), true // not reached: +Inf holds the total
 }
