@@ -314,8 +314,19 @@ func TestLongInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 4 {
-		t.Errorf("fspair.rules.yml: %d groups every 30s, want 4 (disk.long, efficiency.long, guest.quantiles, fleet)", n)
+	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 5 {
+		t.Errorf("fspair.rules.yml: %d groups every 30s, want 5 (disk.long, efficiency.long, guest.quantiles, workload, fleet)", n)
+	}
+}
+
+// TestLongIntervalDefault: a twentieth of the long window, never 3m or
+// more, so that a long window past 1h cannot put the slow groups (the
+// classifier's self-reading rules among them) at the 5m lookback.
+func TestLongIntervalDefault(t *testing.T) {
+	for secs, want := range map[int64]string{300: "15s", 1200: "1m", 3600: "3m", 7200: "3m", 86400: "3m", 10: "1s"} {
+		if got := longInterval(window{formatDuration(secs), secs}); got != want {
+			t.Errorf("longInterval(%s) = %s, want %s", formatDuration(secs), got, want)
+		}
 	}
 }
 

@@ -39,7 +39,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml, fspair.alerts.yml and fleet/ to")
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
-	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups, fspair.fleet and fspair.guest.quantiles this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
+	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups, fspair.guest.quantiles, fspair.workload and fspair.fleet this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
 	fs.StringVar(&o.Settle, "settle", "", "a class is settled once held this long (empty: rules/classes.yaml settle, one short window plus 60 s, 6m for 5m); a test's setting for stacks whose test is not about settling, e.g. 5s")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
 	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")

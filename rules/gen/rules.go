@@ -361,13 +361,17 @@ func longKept(w window, rules []Rule) []Rule {
 	return out
 }
 
-// longInterval is how often the long-window groups are evaluated unless
-// -long-interval says otherwise: a twentieth of the long window (3m for 1h). Their series move slowly, and at
-// 2,000 disks they are about half the cost of the rule set (rules/README.md,
-// Cost). It stays below Prometheus' 5m lookback so that readers of these
-// series (the fleet rules, the alerts, dashboards) never see a gap.
+// longInterval is how often the long-window groups (and the other slow
+// groups: the guest quantiles, the workload classifier, the fleet view) are
+// evaluated unless -long-interval says otherwise: a twentieth of the long
+// window (3m for 1h), at most 3m. Their series move slowly, and at 10,000
+// disks they are most of the rule set's cost (rules/README.md, Cost). It
+// stays below Prometheus' 5m lookback, with room for a slow evaluation, so
+// that readers of these series (the fleet rules, the alerts, dashboards)
+// never see a gap and the classifier's rules that read their own last
+// sample (the hysteresis, the settle time) find it.
 func longInterval(l window) string {
-	return formatDuration(max(l.secs/20, 1))
+	return formatDuration(min(max(l.secs/20, 1), 180))
 }
 
 func recordingFile(p *Params) File {
@@ -397,8 +401,12 @@ func recordingFile(p *Params) File {
 					"would otherwise hold up, and less often: a quantile over %s moves little between two evaluations, and readers "+
 					"(FspairGuestLatencyHigh, fspair.fleet's slowest disks, the VM disk dashboard) see no gap, the interval staying "+
 					"below Prometheus' 5m lookback.", li, s.name, s.name)},
-			{Name: "fspair.workload", Rules: workloadRules(p),
-				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."},
+			{Name: "fspair.workload", Rules: workloadRules(p), Interval: li,
+				Comment: fmt.Sprintf("Live workload class per disk, evaluated every %s: a score per class, the chosen class (with hysteresis), how "+
+					"long it has held (settling) and a confidence. Each of the model's centres joins every disk's features, the "+
+					"costliest group per evaluation at scale; its features are rates over the short window (%s), which move little "+
+					"between two evaluations, and readers (fspair.pairing, the alerts, dashboards) see no gap, the interval staying "+
+					"below Prometheus' 5m lookback.", li, s.name)},
 			{Name: "fspair.fleet", Rules: append(fleetRules(p), guestFleetRules(s)...), Interval: li,
 				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it; "+
 					"the guest path's slowest disks and the layers holding their time over the short window (%s). Those read a series per disk and operation "+
