@@ -27,6 +27,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 type Options struct {
 	Out, Short, Long  string
 	LongInterval      string // empty: longInterval of Long
+	WorkloadInterval  string // empty: as LongInterval; "global": the global evaluation interval
 	Settle            string // empty: classes.yaml's settle with the short window
 	ForScale          float64
 	Classes, KB, Site string
@@ -40,6 +41,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
 	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups, fspair.guest.quantiles, fspair.workload and fspair.fleet this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
+	fs.StringVar(&o.WorkloadInterval, "workload-interval", "", "evaluate the workload classifier (fspair.workload) this often (empty: as -long-interval; global: at Prometheus' global evaluation_interval, as a test whose analysis counts an evaluation of the class every global interval needs)")
 	fs.StringVar(&o.Settle, "settle", "", "a class is settled once held this long (empty: rules/classes.yaml settle, one short window plus 60 s, 6m for 5m); a test's setting for stacks whose test is not about settling, e.g. 5s")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
 	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")
@@ -119,6 +121,23 @@ func params(o Options) (*Params, error) {
 		}
 		every = formatDuration(secs)
 	}
+	workloadEvery := every
+	switch o.WorkloadInterval {
+	case "":
+	case "global":
+		workloadEvery = ""
+	default:
+		secs, err := parseDuration(o.WorkloadInterval)
+		if err != nil {
+			return nil, fmt.Errorf("parse -workload-interval: %w", err)
+		}
+		// The class and settle rules read their own last sample: it
+		// must be younger than the 5m lookback at the next evaluation.
+		if secs <= 0 || secs >= 300 {
+			return nil, fmt.Errorf("check -workload-interval %s: must be above 0 and below 5m (Prometheus' lookback), or global", o.WorkloadInterval)
+		}
+		workloadEvery = formatDuration(secs)
+	}
 	var settle int64
 	if o.Settle != "" {
 		// Above 0: the settled ratio divides by it.
@@ -141,12 +160,13 @@ func params(o Options) (*Params, error) {
 		return nil, err
 	}
 	return &Params{
-		Short:     window{formatDuration(short), short},
-		Long:      window{formatDuration(long), long},
-		LongEvery: every,
-		Settle:    settle,
-		ForScale:  o.ForScale,
-		T:         t,
-		KB:        kb,
+		Short:         window{formatDuration(short), short},
+		Long:          window{formatDuration(long), long},
+		LongEvery:     every,
+		WorkloadEvery: workloadEvery,
+		Settle:        settle,
+		ForScale:      o.ForScale,
+		T:             t,
+		KB:            kb,
 	}, nil
 }

@@ -25,12 +25,13 @@ type window struct {
 
 // Params are everything a generation depends on.
 type Params struct {
-	Short, Long window
-	LongEvery   string // how often the long-window groups are evaluated
-	Settle      int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
-	ForScale    float64
-	T           *Thresholds
-	KB          *KB
+	Short, Long   window
+	LongEvery     string // how often the long-window groups are evaluated
+	WorkloadEvery string // how often fspair.workload is evaluated; empty: the global evaluation interval
+	Settle        int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
+	ForScale      float64
+	T             *Thresholds
+	KB            *KB
 }
 
 // x expands ${w} (the window), ${disk}, ${dev} and ${job} in a PromQL
@@ -401,12 +402,7 @@ func recordingFile(p *Params) File {
 					"would otherwise hold up, and less often: a quantile over %s moves little between two evaluations, and readers "+
 					"(FspairGuestLatencyHigh, fspair.fleet's slowest disks, the VM disk dashboard) see no gap, the interval staying "+
 					"below Prometheus' 5m lookback.", li, s.name, s.name)},
-			{Name: "fspair.workload", Rules: workloadRules(p), Interval: li,
-				Comment: fmt.Sprintf("Live workload class per disk, evaluated every %s: a score per class, the chosen class (with hysteresis), how "+
-					"long it has held (settling) and a confidence. Each of the model's centres joins every disk's features, the "+
-					"costliest group per evaluation at scale; its features are rates over the short window (%s), which move little "+
-					"between two evaluations, and readers (fspair.pairing, the alerts, dashboards) see no gap, the interval staying "+
-					"below Prometheus' 5m lookback.", li, s.name)},
+			{Name: "fspair.workload", Rules: workloadRules(p), Interval: p.WorkloadEvery, Comment: workloadComment(p)},
 			{Name: "fspair.fleet", Rules: append(fleetRules(p), guestFleetRules(s)...), Interval: li,
 				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it; "+
 					"the guest path's slowest disks and the layers holding their time over the short window (%s). Those read a series per disk and operation "+
@@ -416,6 +412,19 @@ func recordingFile(p *Params) File {
 				Comment: "Each disk's live class joined with the knowledge base's verdict on its pair."},
 		},
 	}
+}
+
+// workloadComment is fspair.workload's comment: what it records and, when
+// it has an interval of its own, why.
+func workloadComment(p *Params) string {
+	const what = "a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."
+	if p.WorkloadEvery == "" {
+		return "Live workload class per disk: " + what
+	}
+	return fmt.Sprintf("Live workload class per disk, evaluated every %s: %s Each of the model's centres joins every disk's "+
+		"features, the costliest group per evaluation at scale; its features are rates over the short window (%s), which "+
+		"move little between two evaluations, and readers (fspair.pairing, the alerts, dashboards) see no gap, the interval "+
+		"staying below Prometheus' 5m lookback.", p.WorkloadEvery, what, p.Short.name)
 }
 
 func header(p *Params) string {
