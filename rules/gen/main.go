@@ -23,6 +23,20 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
+// groupInterval parses a group's interval given as flag's value v: above 0
+// and below Prometheus' 5m lookback, within which the group's readers find
+// its last sample.
+func groupInterval(flag, v string) (string, error) {
+	secs, err := parseDuration(v)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", flag, err)
+	}
+	if secs <= 0 || secs >= 300 {
+		return "", fmt.Errorf("check %s %s: must be above 0 and below 5m (Prometheus' lookback)", flag, v)
+	}
+	return formatDuration(secs), nil
+}
+
 // Options are the command's flags.
 type Options struct {
 	Out, Short, Long  string
@@ -110,16 +124,11 @@ func params(o Options) (*Params, error) {
 	}
 	every := longInterval(window{formatDuration(long), long})
 	if o.LongInterval != "" {
-		secs, err := parseDuration(o.LongInterval)
-		if err != nil {
-			return nil, fmt.Errorf("parse -long-interval: %w", err)
-		}
 		// Readers of the long-window series (fleet rules, alerts,
-		// dashboards) must never see a gap: below the 5m lookback.
-		if secs <= 0 || secs >= 300 {
-			return nil, fmt.Errorf("check -long-interval %s: must be above 0 and below 5m (Prometheus' lookback)", o.LongInterval)
+		// dashboards) must never see a gap.
+		if every, err = groupInterval("-long-interval", o.LongInterval); err != nil {
+			return nil, err
 		}
-		every = formatDuration(secs)
 	}
 	workloadEvery := every
 	switch o.WorkloadInterval {
@@ -127,16 +136,11 @@ func params(o Options) (*Params, error) {
 	case "global":
 		workloadEvery = ""
 	default:
-		secs, err := parseDuration(o.WorkloadInterval)
-		if err != nil {
-			return nil, fmt.Errorf("parse -workload-interval: %w", err)
-		}
 		// The class and settle rules read their own last sample: it
-		// must be younger than the 5m lookback at the next evaluation.
-		if secs <= 0 || secs >= 300 {
-			return nil, fmt.Errorf("check -workload-interval %s: must be above 0 and below 5m (Prometheus' lookback), or global", o.WorkloadInterval)
+		// must be younger than the lookback at the next evaluation.
+		if workloadEvery, err = groupInterval("-workload-interval", o.WorkloadInterval); err != nil {
+			return nil, err
 		}
-		workloadEvery = formatDuration(secs)
 	}
 	var settle int64
 	if o.Settle != "" {
