@@ -52,9 +52,10 @@ stackdir=/var/tmp/fspair-demo
 # anywhere in their interval. With the committed 3m interval that chain
 # alone added up to 9 minutes: the walk took 8-10 minutes (581 s on
 # 2026-11-28) and missed an 11m bound once by less than one fleet
-# interval. The smoke has the demo evaluate those three groups every
-# $long_every instead (--rules.long-interval, rules/gen -long-interval;
-# the same rules and windows, only evaluated more often), so the walk
+# interval. The smoke has the demo evaluate those three groups (and the
+# other slow ones: the guest quantiles, the classifier) every $long_every
+# instead (--rules.long-interval, rules/gen -long-interval; the same rules
+# and windows, only evaluated more often), so the walk
 # ends about one floor crossing plus 1.5 minutes in, or once web has
 # settled (below), whichever is later; 20m stays the bound for a slow
 # host. The web VM is classed web after a few minutes: the writes that lay out its

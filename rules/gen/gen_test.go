@@ -314,8 +314,57 @@ func TestLongInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 4 {
-		t.Errorf("fspair.rules.yml: %d groups every 30s, want 4 (disk.long, efficiency.long, guest.quantiles, fleet)", n)
+	if n := strings.Count(string(files["fspair.rules.yml"]), "interval: 30s"); n != 5 {
+		t.Errorf("fspair.rules.yml: %d groups every 30s, want 5 (disk.long, efficiency.long, guest.quantiles, workload, fleet)", n)
+	}
+}
+
+// TestWorkloadInterval: the classifier follows -long-interval unless
+// -workload-interval sets its own or "global" leaves it to Prometheus'
+// evaluation_interval (no interval line); at the lookback it is refused.
+func TestWorkloadInterval(t *testing.T) {
+	group := func(o Options) string {
+		t.Helper()
+		files, err := Generate(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(files["fspair.rules.yml"])
+		i := strings.Index(s, "- name: fspair.workload\n")
+		if i < 0 {
+			t.Fatal("no group fspair.workload")
+		}
+		return strings.SplitN(s[i:], "\n", 3)[1]
+	}
+	for flag, want := range map[string]string{"": "interval: 3m", "45s": "interval: 45s", "global": "rules:"} {
+		o := committed
+		o.WorkloadInterval = flag
+		if got := strings.TrimSpace(group(o)); got != want {
+			t.Errorf("-workload-interval %q: fspair.workload's line after its name is %q, want %q", flag, got, want)
+		}
+	}
+	o := committed
+	o.LongInterval = "30s"
+	if got := strings.TrimSpace(group(o)); got != "interval: 30s" {
+		t.Errorf("-long-interval 30s: fspair.workload's line after its name is %q, want interval: 30s", got)
+	}
+	for _, bad := range []string{"5m", "0s", "soon"} {
+		o := committed
+		o.WorkloadInterval = bad
+		if _, err := Generate(o); err == nil {
+			t.Errorf("-workload-interval %q: want an error", bad)
+		}
+	}
+}
+
+// TestLongIntervalDefault: a twentieth of the long window, never 3m or
+// more, so that a long window past 1h cannot put the slow groups (the
+// classifier's self-reading rules among them) at the 5m lookback.
+func TestLongIntervalDefault(t *testing.T) {
+	for secs, want := range map[int64]string{300: "15s", 1200: "1m", 3600: "3m", 7200: "3m", 86400: "3m", 10: "1s"} {
+		if got := longInterval(window{formatDuration(secs), secs}); got != want {
+			t.Errorf("longInterval(%s) = %s, want %s", formatDuration(secs), got, want)
+		}
 	}
 }
 

@@ -23,10 +23,25 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
+// groupInterval parses a group's interval given as flag's value v: above 0
+// and below Prometheus' 5m lookback, within which the group's readers find
+// its last sample.
+func groupInterval(flag, v string) (string, error) {
+	secs, err := parseDuration(v)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", flag, err)
+	}
+	if secs <= 0 || secs >= 300 {
+		return "", fmt.Errorf("check %s %s: must be above 0 and below 5m (Prometheus' lookback)", flag, v)
+	}
+	return formatDuration(secs), nil
+}
+
 // Options are the command's flags.
 type Options struct {
 	Out, Short, Long  string
 	LongInterval      string // empty: longInterval of Long
+	WorkloadInterval  string // empty: as LongInterval; "global": the global evaluation interval
 	Settle            string // empty: classes.yaml's settle with the short window
 	ForScale          float64
 	Classes, KB, Site string
@@ -39,7 +54,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.Out, "out", "rules", "directory to write fspair.rules.yml, fspair-kdb.rules.yml, fspair.alerts.yml and fleet/ to")
 	fs.StringVar(&o.Short, "short", "5m", "short rate window: workload features and class, flush latency, contention")
 	fs.StringVar(&o.Long, "long", "1h", "long rate window: features, efficiency and the fleet view")
-	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups, fspair.fleet and fspair.guest.quantiles this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
+	fs.StringVar(&o.LongInterval, "long-interval", "", "evaluate the long-window groups, fspair.guest.quantiles, fspair.workload and fspair.fleet this often (empty: a twentieth of -long, 3m for 1h); a test's setting, e.g. the demo smoke's 30s")
+	fs.StringVar(&o.WorkloadInterval, "workload-interval", "", "evaluate the workload classifier (fspair.workload) this often (empty: as -long-interval; global: at Prometheus' global evaluation_interval, as a test whose analysis counts an evaluation of the class every global interval needs)")
 	fs.StringVar(&o.Settle, "settle", "", "a class is settled once held this long (empty: rules/classes.yaml settle, one short window plus 60 s, 6m for 5m); a test's setting for stacks whose test is not about settling, e.g. 5s")
 	fs.Float64Var(&o.ForScale, "for-scale", 1, "multiply every alert's `for` by this (e.g. 0.1 in CI)")
 	fs.StringVar(&o.Classes, "classes", "rules/classes.yaml", "thresholds file")
@@ -108,16 +124,23 @@ func params(o Options) (*Params, error) {
 	}
 	every := longInterval(window{formatDuration(long), long})
 	if o.LongInterval != "" {
-		secs, err := parseDuration(o.LongInterval)
-		if err != nil {
-			return nil, fmt.Errorf("parse -long-interval: %w", err)
-		}
 		// Readers of the long-window series (fleet rules, alerts,
-		// dashboards) must never see a gap: below the 5m lookback.
-		if secs <= 0 || secs >= 300 {
-			return nil, fmt.Errorf("check -long-interval %s: must be above 0 and below 5m (Prometheus' lookback)", o.LongInterval)
+		// dashboards) must never see a gap.
+		if every, err = groupInterval("-long-interval", o.LongInterval); err != nil {
+			return nil, err
 		}
-		every = formatDuration(secs)
+	}
+	workloadEvery := every
+	switch o.WorkloadInterval {
+	case "":
+	case "global":
+		workloadEvery = ""
+	default:
+		// The class and settle rules read their own last sample: it
+		// must be younger than the lookback at the next evaluation.
+		if workloadEvery, err = groupInterval("-workload-interval", o.WorkloadInterval); err != nil {
+			return nil, err
+		}
 	}
 	var settle int64
 	if o.Settle != "" {
@@ -141,12 +164,13 @@ func params(o Options) (*Params, error) {
 		return nil, err
 	}
 	return &Params{
-		Short:     window{formatDuration(short), short},
-		Long:      window{formatDuration(long), long},
-		LongEvery: every,
-		Settle:    settle,
-		ForScale:  o.ForScale,
-		T:         t,
-		KB:        kb,
+		Short:         window{formatDuration(short), short},
+		Long:          window{formatDuration(long), long},
+		LongEvery:     every,
+		WorkloadEvery: workloadEvery,
+		Settle:        settle,
+		ForScale:      o.ForScale,
+		T:             t,
+		KB:            kb,
 	}, nil
 }

@@ -25,12 +25,13 @@ type window struct {
 
 // Params are everything a generation depends on.
 type Params struct {
-	Short, Long window
-	LongEvery   string // how often the long-window groups are evaluated
-	Settle      int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
-	ForScale    float64
-	T           *Thresholds
-	KB          *KB
+	Short, Long   window
+	LongEvery     string // how often the long-window groups are evaluated
+	WorkloadEvery string // how often fspair.workload is evaluated; empty: the global evaluation interval
+	Settle        int64  // seconds a class must be held to be settled (-settle; classes.yaml settle)
+	ForScale      float64
+	T             *Thresholds
+	KB            *KB
 }
 
 // x expands ${w} (the window), ${disk}, ${dev} and ${job} in a PromQL
@@ -361,13 +362,17 @@ func longKept(w window, rules []Rule) []Rule {
 	return out
 }
 
-// longInterval is how often the long-window groups are evaluated unless
-// -long-interval says otherwise: a twentieth of the long window (3m for 1h). Their series move slowly, and at
-// 2,000 disks they are about half the cost of the rule set (rules/README.md,
-// Cost). It stays below Prometheus' 5m lookback so that readers of these
-// series (the fleet rules, the alerts, dashboards) never see a gap.
+// longInterval is how often the long-window groups (and the other slow
+// groups: the guest quantiles, the workload classifier, the fleet view) are
+// evaluated unless -long-interval says otherwise: a twentieth of the long
+// window (3m for 1h), at most 3m. Their series move slowly, and at 10,000
+// disks they are most of the rule set's cost (rules/README.md, Cost). It
+// stays below Prometheus' 5m lookback, with room for a slow evaluation, so
+// that readers of these series (the fleet rules, the alerts, dashboards)
+// never see a gap and the classifier's rules that read their own last
+// sample (the hysteresis, the settle time) find it.
 func longInterval(l window) string {
-	return formatDuration(max(l.secs/20, 1))
+	return formatDuration(min(max(l.secs/20, 1), 180))
 }
 
 func recordingFile(p *Params) File {
@@ -397,8 +402,7 @@ func recordingFile(p *Params) File {
 					"would otherwise hold up, and less often: a quantile over %s moves little between two evaluations, and readers "+
 					"(FspairGuestLatencyHigh, fspair.fleet's slowest disks, the VM disk dashboard) see no gap, the interval staying "+
 					"below Prometheus' 5m lookback.", li, s.name, s.name)},
-			{Name: "fspair.workload", Rules: workloadRules(p),
-				Comment: "Live workload class per disk: a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."},
+			{Name: "fspair.workload", Rules: workloadRules(p), Interval: p.WorkloadEvery, Comment: workloadComment(p)},
 			{Name: "fspair.fleet", Rules: append(fleetRules(p), guestFleetRules(s)...), Interval: li,
 				Comment: fmt.Sprintf("Fleet view, evaluated every %s: efficiency by (class, guest_fs, host_fs), the best pair seen per class, and each disk against it; "+
 					"the guest path's slowest disks and the layers holding their time over the short window (%s). Those read a series per disk and operation "+
@@ -408,6 +412,19 @@ func recordingFile(p *Params) File {
 				Comment: "Each disk's live class joined with the knowledge base's verdict on its pair."},
 		},
 	}
+}
+
+// workloadComment is fspair.workload's comment: what it records and, when
+// it has an interval of its own, why.
+func workloadComment(p *Params) string {
+	const what = "a score per class, the chosen class (with hysteresis), how long it has held (settling) and a confidence."
+	if p.WorkloadEvery == "" {
+		return "Live workload class per disk: " + what
+	}
+	return fmt.Sprintf("Live workload class per disk, evaluated every %s: %s Each of the model's centres joins every disk's "+
+		"features, the costliest group per evaluation at scale; its features are rates over the short window (%s), which "+
+		"move little between two evaluations, and readers (fspair.pairing, the alerts, dashboards) see no gap, the interval "+
+		"staying below Prometheus' 5m lookback.", p.WorkloadEvery, what, p.Short.name)
 }
 
 func header(p *Params) string {

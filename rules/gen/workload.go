@@ -246,9 +246,12 @@ or ignoring (guest_fs)
 	if m.SoftmaxOver() == classifier.OverDistance {
 		exponent, of = distanceName, "distances"
 	}
+	// Over the temperature negated rather than the distance: the same
+	// value, one operation on every disk's four series fewer (a unary
+	// minus copies each series' labels), twice in the rule.
 	fit := fmt.Sprintf("exp(-%s)", exponent)
 	if t := m.T(); t != 1 {
-		fit = fmt.Sprintf("exp(-%s / %s)", exponent, num(t))
+		fit = fmt.Sprintf("exp(%s / %s)", exponent, num(-t))
 	}
 	// The zeros are joined among themselves first and then once to the
 	// scores: each "or" hashes its whole left side, and the scores are the

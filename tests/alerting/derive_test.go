@@ -82,3 +82,22 @@ func dump(t *testing.T, v any) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// TestRuleOptionsWorkload: a test stack evaluates the classifier at its own
+// evaluation interval unless it asks for another.
+func TestRuleOptionsWorkload(t *testing.T) {
+	flagOf := func(a []string) string {
+		for i := range a[:len(a)-1] {
+			if a[i] == "-workload-interval" {
+				return a[i+1]
+			}
+		}
+		return "(none)"
+	}
+	if got := flagOf(RuleOptions{}.args("out")); got != "global" {
+		t.Errorf("default: -workload-interval %s, want global", got)
+	}
+	if got := flagOf(RuleOptions{Workload: "30s"}.args("out")); got != "30s" {
+		t.Errorf("Workload 30s: -workload-interval %s, want 30s", got)
+	}
+}

@@ -129,7 +129,7 @@ func run() int {
 		site        = flag.String("kdb.site", "docs/kdb/site.yaml", "the site's own verdicts the rules are generated with (rules/kdb/site.yaml's format; the default is the pair lab's measurement); empty: rules/ as committed")
 		rulesGen    = flag.String("rules.gen", "bin/fspair-rules-gen", "the rules generator (go build ./rules/gen), run from the repository's root")
 		forScale    = flag.Float64("alerts.for-scale", 0.05, "multiply every alert's `for` by this in the demo's rules (1: as committed)")
-		longEvery   = flag.String("rules.long-interval", "", "evaluate the long-window rule groups and the guest latency quantiles this often (rules/gen -long-interval; empty: as committed, 3m); make demo-smoke's 30s has those series sooner")
+		longEvery   = flag.String("rules.long-interval", "", "evaluate the long-window rule groups, the guest latency quantiles and the workload classifier this often (rules/gen -long-interval; empty: as committed, 3m); make demo-smoke's 30s has those series sooner")
 		settle      = flag.String("rules.settle", "", "a class is settled, and the verdict and alerts act on it, once held this long (rules/gen -settle; empty: as committed, one rule window plus a minute, 6m); shorter than the rule window, a class formed while the window still holds the workload before it can act")
 		reportBin   = flag.String("report", "bin/fspair-report", "the report renderer (go build ./report); empty: render no report")
 		reportEvery = flag.Duration("report.interval", 3*time.Minute, "how often to render the report into the stack directory's report/")

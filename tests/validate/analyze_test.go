@@ -2,6 +2,7 @@ package validate
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,28 @@ func TestResultsFile(t *testing.T) {
 	if want != doc {
 		t.Errorf("RESULTS.md is not what %s, %s and %s render; go test ./tests/validate/ -run TestResultsFile -record rewrites it",
 			ResultsFile(KindCI), ResultsFile(KindFull), ResultsFile(KindHeldOut))
+	}
+}
+
+// TestVerdictRules: the verdicts the knowledge base's rules record, counted
+// in a generated rules dir; a dir without them is an error, not 0.
+func TestVerdictRules(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := verdictRules(dir); err == nil {
+		t.Error("no fspair-kdb.rules.yml: want an error")
+	}
+	write := func(s string) {
+		if err := os.WriteFile(filepath.Join(dir, "fspair-kdb.rules.yml"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("groups:\n  - name: fspair.kdb\n    rules:\n      - record: fspair_kdb_workload_info\n        expr: vector(1)\n")
+	if _, err := verdictRules(dir); err == nil {
+		t.Error("no verdict rules: want an error")
+	}
+	write("groups:\n  - name: fspair.kdb\n    rules:\n      - record: fspair_kdb_pair_verdict\n        expr: vector(1)\n" +
+		"      - record: fspair_kdb_fs_verdict\n        expr: vector(1)\n      - record: fspair_kdb_pair_verdict\n        expr: vector(1)\n")
+	if n, err := verdictRules(dir); err != nil || n != 2 {
+		t.Errorf("two verdict rules: got %d, %v", n, err)
 	}
 }
