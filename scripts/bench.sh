@@ -33,7 +33,8 @@
 #     histograms) and in protobuf as Prometheus 3 asks for it with
 #     scrape_native_histograms (--histograms=native): a fresh exporter per
 #     format, so that each RSS is its own; series counted as Prometheus
-#     stores them (bench/series). The exporter runs in the syscall probe
+#     stores them (bench/series); SCRAPE_FORMATS (default "text proto")
+#     picks the formats. The exporter runs in the syscall probe
 #     mode there, so that every histogram has data (the worst case), with
 #     --memory-limit=SCRAPE_MEMORY_LIMIT (default auto: no limit where the
 #     bench's cgroup has none). SCRAPE_GUEST lists the guest sides to
@@ -115,6 +116,7 @@ LIBVIRT_DISKS=${LIBVIRT_DISKS:-10 100 1000} # disks in all, part 5
 SCRAPE_DISKS=${SCRAPE_DISKS:-10 100 1000 10000} # tracked disks, part 3
 SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit, part 3
 SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
+SCRAPE_FORMATS=${SCRAPE_FORMATS:-text proto} # formats, part 3 (proto where BIN has --histograms)
 SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
 POLL_WINDOW=${POLL_WINDOW:-60} # part 3: seconds of the exporter's CPU without scrapes, before each row's scrapes (the guest poll's cost)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
@@ -509,12 +511,21 @@ if want scrape; then
 	go build -o "$work/series" ./bench/series
 	[[ " $SCRAPE_GUEST " == *" qmp "* ]] && go build -o "$work/fakeqmp" ./bench/fakeqmp
 	declare -A prev_n prev_s
-	formats="text"
-	if [[ $help == *--histograms* ]]; then
-		formats="text proto"
-	else
-		log "$BIN has no --histograms: the text format only"
-	fi
+	formats=
+	for f in $SCRAPE_FORMATS; do
+		case $f in
+		text) formats+=" text" ;;
+		proto)
+			if [[ $help == *--histograms* ]]; then
+				formats+=" proto"
+			else
+				log "$BIN has no --histograms: no protobuf rows"
+			fi
+			;;
+		*) log "SCRAPE_FORMATS=$SCRAPE_FORMATS: each of text, proto"; exit 1 ;;
+		esac
+	done
+	[ -n "$formats" ] || { log "SCRAPE_FORMATS=$SCRAPE_FORMATS: no format to measure"; exit 1; }
 fi
 want scrape && for n in $SCRAPE_DISKS; do
 	log "scrape at $n disks: $n sparse 1 GiB image files"

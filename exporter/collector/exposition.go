@@ -99,6 +99,7 @@ func joined(a, b []lbl) [][]lbl {
 type diskRow struct {
 	d      *inventory.Disk
 	labels lbl  // domain, uuid, target_device, source_file
+	info   lbl  // fspair_disk_info's pairs after labels
 	disk   bool // c holds the disk's counters
 	host   bool // h holds its host-side counters
 	c      probe.Counters
@@ -106,12 +107,15 @@ type diskRow struct {
 
 	// Scalars of c and h as one-element arrays, for the vector writers.
 	punted, cacheFlushes [1]uint64
-	// The request paths the probes do not follow, for fspair_disk_unfollowed.
-	gaps []probe.Gap
+	// The request paths the probes do not follow, for
+	// fspair_disk_unfollowed: each one's op, path and measure pairs.
+	gaps []lbl
 
-	// The guest side (guest.go), when the exporter reads it.
-	hasGuest bool
-	guest    guest.Status
+	// The guest side (guest.go), when the exporter reads it, and
+	// fspair_disk_guest_info's pairs after labels.
+	hasGuest  bool
+	guest     guest.Status
+	guestInfo lbl
 }
 
 type deviceRow struct {
@@ -129,6 +133,11 @@ type snapshot struct {
 	// Outcome of reading each side, for fspair_scrape_collector_*.
 	diskErr, hostErr error
 	diskDur, hostDur time.Duration
+
+	// Kept from one reading to the next (the snapshot is reused:
+	// Handler.snapshots), so that a label set is escaped and encoded
+	// when it changes, not at every scrape (memo.go).
+	memo labelMemo
 }
 
 // read fills s from the inventory and the kernel. A disk whose counters
@@ -146,21 +155,23 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	s.diskErr, s.hostErr = nil, nil
 
 	start := time.Now()
-	seen := make(map[string]bool, len(disks))
-	gapMemo := map[[3]string][]probe.Gap{}
+	m := &s.memo
+	m.start(len(disks))
+	seen := m.seen
+	gapMemo := map[[3]string][]lbl{}
 	var errs []error
 	for i := range disks {
 		d := &disks[i]
-		labels := pairs("domain", d.Domain, "uuid", d.UUID, "target_device", d.TargetDevice, "source_file", d.SourceFile)
+		labels, info := m.disk(i, d)
 		if seen[labels.text] {
 			errs = append(errs, fmt.Errorf("disk %s: label set %s already taken by another disk", d.SourceFile, labels.text))
 			continue
 		}
 		seen[labels.text] = true
-		s.disks = append(s.disks, diskRow{d: d, labels: labels})
+		s.disks = append(s.disks, diskRow{d: d, labels: labels, info: info})
 		r := &s.disks[len(s.disks)-1]
 		if counters != nil {
-			r.gaps = unfollowedCached(counters, d, gapMemo)
+			r.gaps = m.unfollowed(counters, d, gapMemo)
 		}
 		if !d.Tracked || counters == nil {
 			continue
@@ -212,21 +223,6 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	s.hostErr = joinErrs(errs)
 	s.hostDur = time.Since(start)
-}
-
-// unfollowedCached is unfollowed, asked once per scrape for each host file
-// system, cache and aio mode: disks that share them share the answer.
-func unfollowedCached(counters CounterReader, d *inventory.Disk, memo map[[3]string][]probe.Gap) []probe.Gap {
-	if !d.Tracked {
-		return nil
-	}
-	k := [3]string{d.HostFS.FSType, d.Cache, d.AIO}
-	g, ok := memo[k]
-	if !ok {
-		g = unfollowed(counters, d)
-		memo[k] = g
-	}
-	return g
 }
 
 // joinErrs keeps the first few errors: one bad map read per disk would
@@ -522,12 +518,7 @@ func info() directFamily {
 		t.family(f)
 		for i := range s.disks {
 			r := &s.disks[i]
-			d := r.d
-			t.uint(f, r.labels, extra(
-				"format", orUnknown(d.ImageFormat), "guest_fs", orUnknown(d.GuestFS), "guest_fs_source", d.GuestFSSource,
-				"host_fs", orUnknown(hostLabel(d.HostFS.FSType)), "host_mountpoint", hostLabel(d.HostFS.MountPoint),
-				"host_device", hostLabel(d.HostFS.Device), "cache", orUnknown(d.Cache), "aio", orUnknown(d.AIO),
-				"discovery", d.Source), 1)
+			t.uint(f, r.labels, r.info, 1)
 		}
 	}}
 }
@@ -541,7 +532,7 @@ func unfollowedFamily() directFamily {
 		for i := range s.disks {
 			r := &s.disks[i]
 			for _, g := range r.gaps {
-				t.uint(f, r.labels, extra("op", g.Op, "path", g.Path, "measure", g.Missing), 1)
+				t.uint(f, r.labels, g, 1)
 			}
 		}
 	}}

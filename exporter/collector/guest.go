@@ -95,6 +95,7 @@ func (s *snapshot) readGuest(src GuestSource) {
 		r.hasGuest = src != nil
 		if src != nil {
 			r.guest = src.Status(r.d)
+			r.guestInfo = s.memo.guestInfo(r.guest.Source, r.guest.Status, r.guest.Histogram)
 		}
 	}
 }
@@ -136,7 +137,7 @@ func guestInfoFamily() directFamily {
 		for i := range s.disks {
 			r := &s.disks[i]
 			if r.hasGuest {
-				t.uint(f, r.labels, extra("source", r.guest.Source, "status", r.guest.Status, "histogram", r.guest.Histogram), 1)
+				t.uint(f, r.labels, r.guestInfo, 1)
 			}
 		}
 	}}

@@ -414,7 +414,11 @@ func (c *collection) render(w io.Writer, f format, mode Histograms) error {
 			err = e
 		}
 	}
-	writeDirect(t, c.s)
+	if p, ok := t.(*protoWriter); ok {
+		p.direct(c.s, protoParts(len(c.s.disks)))
+	} else {
+		writeDirect(t, c.s)
+	}
 	if e := t.finish(); err == nil {
 		err = e
 	}

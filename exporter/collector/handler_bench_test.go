@@ -6,12 +6,15 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/fspair/fspair/exporter/guest"
 	"github.com/fspair/fspair/exporter/inventory"
 )
 
@@ -39,6 +42,15 @@ type discardWriter struct {
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) WriteHeader(code int)        { d.code = code }
 func (d *discardWriter) Write(p []byte) (int, error) { d.n += int64(len(p)); return len(p), nil }
+
+// serve answers req into d, emptied first; false when the status is not
+// 200.
+func (d *discardWriter) serve(h http.Handler, req *http.Request) bool {
+	clear(d.h)
+	d.n, d.code = 0, 0
+	h.ServeHTTP(d, req)
+	return d.code == 0 || d.code == http.StatusOK
+}
 
 // BenchmarkHandlerParallel: 200 scrapers at once on the handler, as the
 // k6 scrape load of issue 6 runs them (200 virtual users without pause),
@@ -77,10 +89,7 @@ func BenchmarkHandlerParallel(b *testing.B) {
 					}
 					w := &discardWriter{h: http.Header{}}
 					for pb.Next() {
-						clear(w.h)
-						w.n, w.code = 0, 0
-						h.ServeHTTP(w, req)
-						if w.code != 0 && w.code != http.StatusOK {
+						if !w.serve(h, req) {
 							b.Errorf("status %d", w.code)
 						}
 						bytes.Add(w.n)
@@ -90,5 +99,60 @@ func BenchmarkHandlerParallel(b *testing.B) {
 				b.ReportMetric(float64(bytes.Load())/float64(b.N), "bytes/op")
 			})
 		}
+	}
+}
+
+// processCPU is the user and system CPU time the process has used, in
+// ns: on a shared host a scrape's CPU varies less than its wall time.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkScrape10k: one protobuf scrape of 10,000 disks (native
+// histograms, no gzip), as scripts/bench.sh part 3 times it with
+// SCRAPE_DISKS=10000: through the handler, with the registry the exporter
+// serves, without guest values (guest=none: no source) and with every
+// disk's guest side read over QMP (guest=qmp: typicalGuest, its three
+// histograms observed). ns/op is one scrape's wall time, one scraper at a
+// time; cpu-ns/op the process's CPU time a scrape (the garbage
+// collector's included).
+func BenchmarkScrape10k(b *testing.B) {
+	const n = 10000
+	inv, k := benchFleet(n)
+	qmp := fakeGuest{}
+	for _, d := range inv.disks {
+		st := typicalGuest()
+		qmp[d.Domain] = guest.Status{Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
+			Reading: &guest.Reading{Stats: st, At: time.UnixMilli(1_764_480_000_000)}}
+	}
+	for _, g := range []struct {
+		name string
+		src  GuestSource
+	}{{"none", nil}, {"qmp", qmp}} {
+		b.Run("guest="+g.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			h, err := NewHandler(reg, inv, k, k, HandlerOpts{MaxRequestsInFlight: 40, GzipLevel: kgzip.BestSpeed, Registry: reg,
+				Guest: g.src, Histograms: HistogramsNative})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			req.Header.Set("Accept", string(formats[fmtProto]))
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if !w.serve(h, req) {
+					b.Fatalf("status %d", w.code)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(w.n), "bytes")
+		})
 	}
 }

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"errors"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -46,11 +47,23 @@ func TestLoadConfigGood(t *testing.T) {
 			t.Errorf("excluded(%+v) = %v, want %v", tc.d, got, tc.excl)
 		}
 	}
-	if s, ok := cfg.qmpSocket(Disk{Domain: "web01"}); !ok || s != "/run/qemu/web01.qmp" {
-		t.Errorf("qmpSocket(web01) = %q, %v; want the cleaned path", s, ok)
+	sockets := cfg.qmpSockets()
+	if s, ok := sockets["web01"]; !ok || s != "/run/qemu/web01.qmp" {
+		t.Errorf("socket of web01 = %q, %v; want the cleaned path", s, ok)
 	}
-	if s, ok := cfg.qmpSocket(Disk{Domain: "web0"}); ok {
-		t.Errorf("qmpSocket(web0) = %q: domains match exactly", s)
+	if s, ok := sockets["web0"]; ok {
+		t.Errorf("socket of web0 = %q: domains match exactly", s)
+	}
+}
+
+// TestQMPSocketsFirstWins: a configuration not validated (built in
+// code) that names a domain twice gets its first socket, as the lookup
+// entry by entry gave it.
+func TestQMPSocketsFirstWins(t *testing.T) {
+	cfg := &Config{QMPMonitors: []QMPMonitor{{"a", "/run/a1.qmp"}, {"b", "/run/b.qmp"}, {"a", "/run/a2.qmp"}}}
+	got := cfg.qmpSockets()
+	if want := map[string]string{"a": "/run/a1.qmp", "b": "/run/b.qmp"}; !maps.Equal(got, want) {
+		t.Errorf("qmpSockets() = %v, want %v", got, want)
 	}
 }
 

@@ -606,6 +606,10 @@ func (d *Discoverer) merge(sources [][]found) []Disk {
 		}
 	}
 	out := make([]Disk, 0, len(order))
+	var sockets map[string]string
+	if cfg != nil {
+		sockets = cfg.qmpSockets()
+	}
 	for _, e := range order {
 		if cfg != nil {
 			if fs, ok := cfg.guestFS(e.Disk); ok {
@@ -614,7 +618,7 @@ func (d *Discoverer) merge(sources [][]found) []Disk {
 			// A socket the operator names wins over those on the
 			// command line, except for libvirt's VMs: their guest side
 			// comes through libvirt, never from its monitor.
-			if sock, ok := cfg.qmpSocket(e.Disk); ok && !e.from[SourceLibvirt] && e.QMPNote != QMPNoteLibvirt {
+			if sock, ok := sockets[e.Domain]; ok && !e.from[SourceLibvirt] && e.QMPNote != QMPNoteLibvirt {
 				e.QMP, e.QMPNote = []string{sock}, ""
 			}
 		}
