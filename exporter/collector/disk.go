@@ -276,6 +276,14 @@ type CounterReader interface {
 	Counters(slot uint32) (probe.Counters, error)
 }
 
+// BatchCounterReader reads many disks' counters at once: into dst(i) for
+// slots[i], or failed(i, err). probe.Probes does, in a few system calls
+// rather than one a disk; a scrape reads every disk so when its
+// CounterReader is one.
+type BatchCounterReader interface {
+	CountersInto(slots []uint32, dst func(i int) *probe.Counters, failed func(i int, err error))
+}
+
 // CoverageReader says which request paths of a disk the probes do not
 // follow (probe.Probes does); a CounterReader that is not one follows all.
 type CoverageReader interface {

@@ -138,6 +138,9 @@ type snapshot struct {
 	// Handler.snapshots), so that a label set is escaped and encoded
 	// when it changes, not at every scrape (memo.go).
 	memo labelMemo
+	// The slots read in one batch and the rows they go to.
+	slots []uint32
+	rows  []int
 }
 
 // read fills s from the inventory and the kernel. A disk whose counters
@@ -155,6 +158,8 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	s.diskErr, s.hostErr = nil, nil
 
 	start := time.Now()
+	batch, _ := counters.(BatchCounterReader)
+	s.slots, s.rows = s.slots[:0], s.rows[:0]
 	m := &s.memo
 	m.start(len(disks))
 	seen := m.seen
@@ -173,16 +178,30 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 		if counters != nil {
 			r.gaps = m.unfollowed(counters, d, gapMemo)
 		}
-		if !d.Tracked || counters == nil {
-			continue
+		if !d.Tracked || counters == nil || batch != nil {
+			continue // a batch reader takes them all below
 		}
 		var err error
 		if r.c, err = counters.Counters(d.Slot); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		r.punted[0] = r.c.IoUringPunted
 		r.disk = true
+	}
+	// The tracked disks' slots, for the readers that take them at once.
+	for i := range s.disks {
+		if r := &s.disks[i]; r.d.Tracked {
+			s.slots = append(s.slots, r.d.Slot)
+			s.rows = append(s.rows, i)
+		}
+	}
+	failed := func(_ int, err error) { errs = append(errs, err) }
+	if batch != nil {
+		batch.CountersInto(s.slots, rowField(s, func(r *diskRow) (*probe.Counters, *bool) { return &r.c, &r.disk }), failed)
+	}
+	for _, i := range s.rows {
+		r := &s.disks[i]
+		r.punted[0] = r.c.IoUringPunted
 	}
 	s.diskErr = joinErrs(errs)
 	s.diskDur = time.Since(start)
@@ -192,18 +211,22 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	start = time.Now()
 	errs = errs[:0]
-	for i := range s.disks {
+	if hb, ok := host.(BatchHostSource); ok {
+		hb.ImageDeviceCountersInto(s.slots, rowField(s, func(r *diskRow) (*bpf.HostImageDeviceCounters, *bool) { return &r.h, &r.host }), failed)
+	} else {
+		for _, i := range s.rows {
+			r := &s.disks[i]
+			var err error
+			if r.h, err = host.ImageDeviceCounters(r.d.Slot); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.host = true
+		}
+	}
+	for _, i := range s.rows {
 		r := &s.disks[i]
-		if !r.d.Tracked {
-			continue
-		}
-		var err error
-		if r.h, err = host.ImageDeviceCounters(r.d.Slot); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		r.cacheFlushes[0] = r.h.FlushCacheFlushes
-		r.host = true
 	}
 	clear(seen)
 	for _, dev := range inv.Devices() {
@@ -223,6 +246,17 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	s.hostErr = joinErrs(errs)
 	s.hostDur = time.Since(start)
+}
+
+// rowField is, for a batch reader of the tracked disks (s.slots), where
+// the i-th one's value goes: the row's field that field picks, whose flag
+// it sets, as the value is then read.
+func rowField[T any](s *snapshot, field func(r *diskRow) (*T, *bool)) func(i int) *T {
+	return func(i int) *T {
+		v, read := field(&s.disks[s.rows[i]])
+		*read = true
+		return v
+	}
 }
 
 // joinErrs keeps the first few errors: one bad map read per disk would

@@ -77,6 +77,12 @@ type HostSource interface {
 	ImageDeviceCounters(slot uint32) (bpf.HostImageDeviceCounters, error)
 }
 
+// BatchHostSource reads many disks' host-side counters at once, as
+// BatchCounterReader.
+type BatchHostSource interface {
+	ImageDeviceCountersInto(slots []uint32, dst func(i int) *bpf.HostImageDeviceCounters, failed func(i int, err error))
+}
+
 // HostLister lists disks and their host devices.
 type HostLister interface {
 	DiskLister

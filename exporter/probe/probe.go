@@ -140,6 +140,9 @@ type Probes struct {
 	counters  Counters
 	imageBuf  bpf.HostImageDeviceCounters
 	deviceBuf bpf.HostDeviceCounters
+	// The batch reads' buffers (batch.go), under readMu too.
+	diskBatch  slotBatch[bpf.DiskCounters]
+	imageBatch slotBatch[bpf.HostImageDeviceCounters]
 }
 
 type ioCloser interface{ Close() error }
