@@ -241,8 +241,12 @@ func run() int {
 	// last found.
 	var guestSrc collector.GuestSource
 	var poller *guest.Poller
+	var hold func() func()
 	if *guestStats {
-		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger, SetHistograms: *guestHist}
+		// The poll gives way to scrapes (guest.Gate).
+		gate := &guest.Gate{}
+		hold = gate.Hold
+		gopts := guest.Options{Interval: *guestEvery, Timeout: *guestTO, ProcRoot: *procRoot, Logger: logger, SetHistograms: *guestHist, Gate: gate}
 		if *useLibvirt {
 			gopts.Libvirt = disc.LibvirtBlockStats
 			gopts.LibvirtVersion = disc.LibvirtVersion
@@ -271,6 +275,7 @@ func run() int {
 		Reuse:               *reuse,
 		Guest:               guestSrc,
 		Histograms:          hist,
+		Hold:                hold,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)

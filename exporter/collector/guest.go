@@ -306,7 +306,7 @@ var (
 	guestPollErrors = prometheus.NewDesc("fspair_guest_poll_errors_total",
 		"Reads of guest-side statistics that failed or did not finish within --guest.timeout, by source; the disks keep their last values.", []string{"source"}, nil)
 	guestRoundDuration = prometheus.NewDesc("fspair_guest_round_duration_seconds",
-		"Time the last round of guest-side reads took.", nil, nil)
+		"Time the last round of guest-side reads took, with the time it gave way to scrapes (at most a fifth of --guest.interval).", nil, nil)
 )
 
 // GuestPollCollector reports on the guest-side reads themselves.

@@ -57,6 +57,10 @@ type HandlerOpts struct {
 	// Histograms is what the protobuf scrapes get of each histogram
 	// (proto.go); text scrapes get classic histograms whatever it says.
 	Histograms Histograms
+	// Hold, if set, is called as a scrape begins, and what it returns as
+	// the scrape ends: the background work that gives way to scrapes (the
+	// guest poll: guest.Gate) waits meanwhile.
+	Hold func() (release func())
 }
 
 // Handler serves the exposition: the registry's families (the exporter's
@@ -162,6 +166,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		defer func() { <-h.inflight }()
+	}
+	if h.opts.Hold != nil {
+		defer h.opts.Hold()()
 	}
 
 	gz := h.opts.GzipLevel != gzip.NoCompression && acceptsGzip(r.Header.Get("Accept-Encoding"))

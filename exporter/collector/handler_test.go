@@ -23,6 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fspair/fspair/exporter/guest"
+	"github.com/fspair/fspair/exporter/inventory"
 )
 
 // gatedHandler is a handler whose collections are counted and can be held
@@ -428,5 +431,41 @@ func TestClientGone(t *testing.T) {
 		if got := clientGone(c.r, c.err); got != c.want {
 			t.Errorf("%s: clientGone = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// holdProbe is a GuestSource that notes, as the scrape reads it, how many
+// holds of HandlerOpts.Hold are open.
+type holdProbe struct {
+	open     *atomic.Int32
+	duringOK atomic.Bool
+}
+
+func (h *holdProbe) Status(d *inventory.Disk) guest.Status {
+	if h.open.Load() == 1 {
+		h.duringOK.Store(true)
+	}
+	return guest.Status{Source: guest.SourceNone, Status: guest.StatusNoMonitor, Histogram: guest.HistogramNone}
+}
+
+// TestHandlerHolds: each scrape holds HandlerOpts.Hold while it reads and
+// writes, and lets go when it is done.
+func TestHandlerHolds(t *testing.T) {
+	inv, k := randomFleet(rand.New(rand.NewPCG(3, 4)), 20)
+	var open, calls atomic.Int32
+	src := &holdProbe{open: &open}
+	srv := newTestHandlerOpts(t, inv, k, HandlerOpts{Guest: src, Hold: func() func() {
+		calls.Add(1)
+		open.Add(1)
+		return func() { open.Add(-1) }
+	}})
+	for _, gz := range []bool{false, true} {
+		get(t, srv.URL, gz)
+	}
+	if !src.duringOK.Load() {
+		t.Error("the guest side was read with no hold open")
+	}
+	if calls.Load() != 2 || open.Load() != 0 {
+		t.Errorf("after two scrapes: %d holds taken, %d still open; want 2 and 0", calls.Load(), open.Load())
 	}
 }

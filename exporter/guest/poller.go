@@ -60,7 +60,15 @@ type Options struct {
 	// namespace ("/proc" if empty).
 	ProcRoot string
 	Logger   *slog.Logger
+	// Gate, when set, is held by the scrapes: a round starts no QMP
+	// session while it is, for at most 1/yieldShare of Interval a round
+	// (Gate).
+	Gate *Gate
 }
+
+// yieldShare: a round gives way to scrapes for at most this share of the
+// interval (a fifth: 1 s of the default 5 s).
+const yieldShare = 5
 
 // PollStats count the reads, for the exporter's own metrics.
 type PollStats struct {
@@ -279,6 +287,7 @@ func (p *Poller) Poll(ctx context.Context) {
 	// for its turn (10,000 of them at 10,000 VMs) cost the garbage
 	// collector a scan of each stack every cycle.
 	var next atomic.Int64
+	yield := p.opts.Gate.round(p.opts.Interval / yieldShare)
 	for range min(p.opts.MaxSessions, len(vmOrder)) {
 		wg.Add(1)
 		go func() {
@@ -289,6 +298,7 @@ func (p *Poller) Poll(ctx context.Context) {
 					return
 				}
 				idx := vms[vmOrder[j]]
+				yield.wait(ctx)
 				if ctx.Err() != nil {
 					for _, i := range idx {
 						results[i].err = true
