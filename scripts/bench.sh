@@ -49,6 +49,11 @@
 #     bench/fakeqmp then starts with the histograms already set, as a
 #     QEMU keeps them from an exporter before, so that the first round has
 #     them.
+#     The 20 timed scrapes follow each other at once, as a burst of
+#     scrapers would; SCRAPE_PAUSE (seconds, default 0) waits between
+#     them, as one Prometheus scraping every interval does (the guest poll
+#     gives way to a scrape for at most a fifth of its interval a round,
+#     which a burst spends).
 #     Before each row's scrapes, POLL_WINDOW seconds (60) without scrapes:
 #     the exporter's CPU then, its background work, and with the poll
 #     running its CPU a poll (per VM a round: the query-blockstats
@@ -118,6 +123,7 @@ SCRAPE_MEMORY_LIMIT=${SCRAPE_MEMORY_LIMIT:-auto} # the exporter's --memory-limit
 SCRAPE_GUEST=${SCRAPE_GUEST:-none} # guest sides, part 3: none, qmp, or both ("none qmp": alternated)
 SCRAPE_FORMATS=${SCRAPE_FORMATS:-text proto} # formats, part 3 (proto where BIN has --histograms)
 SCRAPE_GUEST_INTERVAL=${SCRAPE_GUEST_INTERVAL:-} # part 3's qmp rows: the exporter's --guest.interval (empty: its default)
+SCRAPE_PAUSE=${SCRAPE_PAUSE:-0} # part 3: seconds between the timed scrapes
 POLL_WINDOW=${POLL_WINDOW:-60} # part 3: seconds of the exporter's CPU without scrapes, before each row's scrapes (the guest poll's cost)
 INGEST_DISKS=${INGEST_DISKS:-1000}      # tracked disks, part 4
 INGEST_WARMUP=${INGEST_WARMUP:-2m}      # scrapes before measuring (s, m or h)
@@ -554,7 +560,10 @@ want scrape && for n in $SCRAPE_DISKS; do
 			at=$(date -u +%H:%M:%SZ)
 			times=() ztimes=()
 			c0=$(cpu_seconds "$exporter")
-			for _ in $(seq 20); do times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
+			for _ in $(seq 20); do
+				times+=("$(curl -sf "${accept[@]}" -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")")
+				[ "$SCRAPE_PAUSE" = 0 ] || sleep "$SCRAPE_PAUSE"
+			done
 			c1=$(cpu_seconds "$exporter")
 			# As Prometheus asks: gzip if the exporter will (curl inflates it).
 			for _ in $(seq 20); do ztimes+=("$(curl -sf "${accept[@]}" --compressed -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/metrics")"); done
@@ -572,6 +581,8 @@ want scrape && for n in $SCRAPE_DISKS; do
 				END { if (r != "") printf "  guest round %.2f s, qmp polls %d, errors %d", r, p, e }')
 			[ ${#gflags[@]} -gt 0 ] && poll+="  ${gflags[*]}"
 			poll+="  $idle"
+			# Paced, the CPU a scrape holds the background work of the pauses too.
+			[ "$SCRAPE_PAUSE" = 0 ] || poll+="  paced: ${SCRAPE_PAUSE}s between the timed scrapes"
 			# Series per disk: the growth over the previous row of the format,
 			# so that the exporter's own series (a few hundred) do not count.
 			key="$format/$guest"
@@ -580,6 +591,9 @@ want scrape && for n in $SCRAPE_DISKS; do
 				per = pn ? sprintf("%.1f per disk", (s-ps)/(n-pn)) : "per disk: next row"
 				printf "scrape disks=%-5d %-5s guest=%-4s %7.1f ms (median of 20)  gzip %7.1f ms  rss %.1f MiB (peak %.1f)  series %d (%s)  %.1f MB  memory-limit %s  cpu %.1f ms a scrape  at %s load %s%s\n",
 					n, f, g, 1000*t, 1000*zt, r/1024, h/1024, s, per, b/1e6, ml, 1000*cpu, at, load, poll }' | tee -a "$out"
+			# The 20 plain scrapes, sorted: with the guest poll on, those that
+			# met one of its rounds and those that did not may differ.
+			printf '%s\n' "${times[@]}" | sort -g | awk '{ s = s sprintf(" %.1f", 1000 * $1) } END { print "#   the 20 scrapes, ms:" s }' | tee -a "$out"
 			prev_n[$key]=$n prev_s[$key]=$series
 			stop_exporter
 		done
