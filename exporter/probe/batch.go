@@ -3,7 +3,6 @@ package probe
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -48,9 +47,7 @@ func (b *slotBatch[T]) read(slots []uint32, got func(i int, v *T), failed func(i
 		return
 	}
 	if b.vals == nil {
-		var zero T
-		if size := unsafe.Sizeof(zero); uintptr(b.m.ValueSize()) != size {
-			err := fmt.Errorf("map %s holds values of %d bytes, not the %d of %T", b.m, b.m.ValueSize(), size, zero)
+		if err := valueSizeIs[T](b.m); err != nil {
 			for i := range slots {
 				failed(i, err)
 			}

@@ -1233,10 +1233,20 @@ func (p *Probes) sumPerCPU(slot uint32) error {
 // 36 MB of garbage a scrape, which set the exporter's memory). T must have
 // the map's value size exactly: the kernel writes that many bytes.
 func lookupInto[T any](m *ebpf.Map, key uint32, dst *T) error {
-	if size := unsafe.Sizeof(*dst); uintptr(m.ValueSize()) != size {
-		return fmt.Errorf("map %s holds values of %d bytes, not the %d of %T", m, m.ValueSize(), size, *dst)
+	if err := valueSizeIs[T](m); err != nil {
+		return err
 	}
 	return m.Lookup(key, unsafe.Pointer(dst))
+}
+
+// valueSizeIs checks that m's values are exactly T's size, as the reads
+// straight into a T need.
+func valueSizeIs[T any](m *ebpf.Map) error {
+	var zero T
+	if size := unsafe.Sizeof(zero); uintptr(m.ValueSize()) != size {
+		return fmt.Errorf("map %s holds values of %d bytes, not the %d of %T", m, m.ValueSize(), size, zero)
+	}
+	return nil
 }
 
 // Dropped sums the per-CPU drop counters, indexed by reason.
