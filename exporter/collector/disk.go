@@ -276,12 +276,12 @@ type CounterReader interface {
 	Counters(slot uint32) (probe.Counters, error)
 }
 
-// BatchCounterReader reads many disks' counters at once: into dst(i) for
-// slots[i], or failed(i, err). probe.Probes does, in a few system calls
-// rather than one a disk; a scrape reads every disk so when its
-// CounterReader is one.
+// BatchCounterReader reads many disks' counters at once: got(i, c) with
+// the counters of slots[i] (c valid until got returns), or failed(i, err).
+// probe.Probes does, in a few system calls rather than one a disk; a
+// scrape reads every disk so when its CounterReader is one.
 type BatchCounterReader interface {
-	CountersInto(slots []uint32, dst func(i int) *probe.Counters, failed func(i int, err error))
+	CountersInto(slots []uint32, got func(i int, c *probe.Counters), failed func(i int, err error))
 }
 
 // CoverageReader says which request paths of a disk the probes do not

@@ -98,15 +98,12 @@ func joined(a, b []lbl) [][]lbl {
 // kernel counters, read once.
 type diskRow struct {
 	d      *inventory.Disk
-	labels lbl  // domain, uuid, target_device, source_file
-	info   lbl  // fspair_disk_info's pairs after labels
-	disk   bool // c holds the disk's counters
-	host   bool // h holds its host-side counters
-	c      probe.Counters
-	h      bpf.HostImageDeviceCounters
-
-	// Scalars of c and h as one-element arrays, for the vector writers.
-	punted, cacheFlushes [1]uint64
+	labels lbl            // domain, uuid, target_device, source_file
+	info   lbl            // fspair_disk_info's pairs after labels
+	disk   bool           // c holds the disk's counters
+	host   bool           // h holds its host-side counters
+	c      packedCounters // read when disk is
+	h      packedHost     // read when host is
 	// The request paths the probes do not follow, for
 	// fspair_disk_unfollowed: each one's op, path and measure pairs.
 	gaps []lbl
@@ -141,6 +138,8 @@ type snapshot struct {
 	// The slots read in one batch and the rows they go to.
 	slots []uint32
 	rows  []int
+	// What the rows' packed counters are kept in (packed.go).
+	arena wordArena
 }
 
 // read fills s from the inventory and the kernel. A disk whose counters
@@ -156,6 +155,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	s.disks = s.disks[:0]
 	s.devices = s.devices[:0]
 	s.diskErr, s.hostErr = nil, nil
+	s.arena.reset()
 
 	start := time.Now()
 	batch, _ := counters.(BatchCounterReader)
@@ -181,11 +181,12 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 		if !d.Tracked || counters == nil || batch != nil {
 			continue // a batch reader takes them all below
 		}
-		var err error
-		if r.c, err = counters.Counters(d.Slot); err != nil {
+		c, err := counters.Counters(d.Slot)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		r.c.set(&c, &s.arena)
 		r.disk = true
 	}
 	// The tracked disks' slots, for the readers that take them at once.
@@ -197,11 +198,11 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	failed := func(_ int, err error) { errs = append(errs, err) }
 	if batch != nil {
-		batch.CountersInto(s.slots, rowField(s, func(r *diskRow) (*probe.Counters, *bool) { return &r.c, &r.disk }), failed)
-	}
-	for _, i := range s.rows {
-		r := &s.disks[i]
-		r.punted[0] = r.c.IoUringPunted
+		batch.CountersInto(s.slots, func(i int, c *probe.Counters) {
+			r := &s.disks[s.rows[i]]
+			r.c.set(c, &s.arena)
+			r.disk = true
+		}, failed)
 	}
 	s.diskErr = joinErrs(errs)
 	s.diskDur = time.Since(start)
@@ -212,21 +213,22 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	start = time.Now()
 	errs = errs[:0]
 	if hb, ok := host.(BatchHostSource); ok {
-		hb.ImageDeviceCountersInto(s.slots, rowField(s, func(r *diskRow) (*bpf.HostImageDeviceCounters, *bool) { return &r.h, &r.host }), failed)
+		hb.ImageDeviceCountersInto(s.slots, func(i int, h *bpf.HostImageDeviceCounters) {
+			r := &s.disks[s.rows[i]]
+			r.h.set(h, &s.arena)
+			r.host = true
+		}, failed)
 	} else {
 		for _, i := range s.rows {
 			r := &s.disks[i]
-			var err error
-			if r.h, err = host.ImageDeviceCounters(r.d.Slot); err != nil {
+			h, err := host.ImageDeviceCounters(r.d.Slot)
+			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
+			r.h.set(&h, &s.arena)
 			r.host = true
 		}
-	}
-	for _, i := range s.rows {
-		r := &s.disks[i]
-		r.cacheFlushes[0] = r.h.FlushCacheFlushes
 	}
 	clear(seen)
 	for _, dev := range inv.Devices() {
@@ -246,17 +248,6 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	}
 	s.hostErr = joinErrs(errs)
 	s.hostDur = time.Since(start)
-}
-
-// rowField is, for a batch reader of the tracked disks (s.slots), where
-// the i-th one's value goes: the row's field that field picks, whose flag
-// it sets, as the value is then read.
-func rowField[T any](s *snapshot, field func(r *diskRow) (*T, *bool)) func(i int) *T {
-	return func(i int) *T {
-		v, read := field(&s.disks[s.rows[i]])
-		*read = true
-		return v
-	}
 }
 
 // joinErrs keeps the first few errors: one bad map read per disk would
@@ -281,38 +272,39 @@ var directFamilies = newDirectFamilies()
 func newDirectFamilies() []directFamily {
 	fams := []directFamily{
 		// Per disk, from the disk's counters.
-		diskVec(diskRequests, opExtra, opSeen, func(r *diskRow) []uint64 { return r.c.Requests[:] }),
-		diskVec(diskBytes, opExtra, opMovesBytes, func(r *diskRow) []uint64 { return r.c.Bytes[:] }),
-		diskVec(diskErrors, opExtra, noneExpected, func(r *diskRow) []uint64 { return r.c.Errors[:] }),
-		diskVec(diskSequential, dirExtra, nil, func(r *diskRow) []uint64 { return r.c.Sequential[:] }),
-		diskVec(diskRandom, dirExtra, nil, func(r *diskRow) []uint64 { return r.c.Random[:] }),
-		diskVec(diskFormatRequests, dirExtra, formatCounted, func(r *diskRow) []uint64 { return r.c.FormatRequests[:] }),
-		diskVec(diskFormatBytes, dirExtra, formatCounted, func(r *diskRow) []uint64 { return r.c.FormatBytes[:] }),
-		diskVec(diskSyncWrites, syncExtra, nil, func(r *diskRow) []uint64 { return r.c.SyncWrites[:] }),
-		diskVec(diskSubmissions, ifaceExtra, ifaceUsed, func(r *diskRow) []uint64 { return r.c.Submissions[:] }),
-		diskVec(diskPunted, []lbl{{}}, uringUsed, func(r *diskRow) []uint64 { return r.punted[:] }),
-		diskVec(diskCacheReads, cacheReadExtra, cacheClassified, func(r *diskRow) []uint64 { return r.c.CacheReads[:] }),
-		diskVec(diskCacheReadBytes, cacheReadExtra, cacheClassified, func(r *diskRow) []uint64 { return r.c.CacheReadBytes[:] }),
-		diskVec(diskCacheWriteBytes, cacheWrExtra, cacheClassified, func(r *diskRow) []uint64 { return r.c.CacheWriteBytes[:] }),
-		diskHist(diskLatency, latencyShape, func(t sink, h *histFamily, r *diskRow) {
+		diskVec(diskRequests, opExtra, opSeen, cRequests),
+		diskVec(diskBytes, opExtra, opMovesBytes, cBytes),
+		diskVec(diskErrors, opExtra, noneExpected, cErrors),
+		diskVec(diskSequential, dirExtra, nil, cSequential),
+		diskVec(diskRandom, dirExtra, nil, cRandom),
+		diskVec(diskFormatRequests, dirExtra, formatCounted, cFormatRequests),
+		diskVec(diskFormatBytes, dirExtra, formatCounted, cFormatBytes),
+		diskVec(diskSyncWrites, syncExtra, nil, cSyncWrites),
+		diskVec(diskSubmissions, ifaceExtra, ifaceUsed, cSubmissions),
+		diskVec(diskPunted, []lbl{{}}, uringUsed, cPunted),
+		diskVec(diskCacheReads, cacheReadExtra, cacheClassified, cCacheReads),
+		diskVec(diskCacheReadBytes, cacheReadExtra, cacheClassified, cCacheReadBytes),
+		diskVec(diskCacheWriteBytes, cacheWrExtra, cacheClassified, cCacheWriteBytes),
+		diskHist(diskLatency, latencyShape, func(t sink, h *histFamily, r *diskRow, buf []uint64) {
 			for i, e := range opExtra {
-				t.histogram(h, r.labels, e, r.c.Latency[i][:], float64(r.c.LatencySumNs[i])/1e9)
+				t.histogram(h, r.labels, e, r.c.get(cLatency.at(i, latencyRow), buf), float64(r.c.word(cLatencySum.w(i)))/1e9)
 			}
 		}),
-		diskHist(diskSize, sizeShape, func(t sink, h *histFamily, r *diskRow) {
+		diskHist(diskSize, sizeShape, func(t sink, h *histFamily, r *diskRow, buf []uint64) {
 			for i, e := range dirExtra {
-				t.histogram(h, r.labels, e, r.c.Size[i][:], float64(r.c.SizeSum[i]))
+				t.histogram(h, r.labels, e, r.c.get(cSize.at(i, sizeRow), buf), float64(r.c.word(cSizeSum.w(i))))
 			}
 		}),
-		diskHist(diskSeek, seekShape, func(t sink, h *histFamily, r *diskRow) {
-			t.histogram(h, r.labels, seekExtra[0], r.c.SeekPrev[:], float64(r.c.SeekPrevSum))
-			t.histogram(h, r.labels, seekExtra[1], r.c.SeekNear[:], float64(r.c.SeekNearSum))
+		diskHist(diskSeek, seekShape, func(t sink, h *histFamily, r *diskRow, buf []uint64) {
+			// The sums are signed (int64 in the kernel's layout).
+			t.histogram(h, r.labels, seekExtra[0], r.c.get(cSeekPrev, buf), float64(int64(r.c.word(cSeekPrevSum.off))))
+			t.histogram(h, r.labels, seekExtra[1], r.c.get(cSeekNear, buf), float64(int64(r.c.word(cSeekNearSum.off))))
 		}),
-		diskHist(diskOutstanding, outstandingShape, func(t sink, h *histFamily, r *diskRow) {
-			t.histogram(h, r.labels, lbl{}, r.c.Outstanding[:], float64(r.c.OutstandingSum))
+		diskHist(diskOutstanding, outstandingShape, func(t sink, h *histFamily, r *diskRow, buf []uint64) {
+			t.histogram(h, r.labels, lbl{}, r.c.get(cOutstanding, buf), float64(r.c.word(cOutstandingSum.off)))
 		}),
-		diskHist(diskInterarrival, interarrivalShape, func(t sink, h *histFamily, r *diskRow) {
-			t.histogram(h, r.labels, lbl{}, r.c.Interarrival[:], float64(r.c.InterarrivalSumNs)/1e9)
+		diskHist(diskInterarrival, interarrivalShape, func(t sink, h *histFamily, r *diskRow, buf []uint64) {
+			t.histogram(h, r.labels, lbl{}, r.c.get(cInterarrival, buf), float64(r.c.word(cInterarrivalSum.off))/1e9)
 		}),
 		stages(),
 
@@ -325,13 +317,13 @@ func newDirectFamilies() []directFamily {
 		diskGauge(diskImageExtents, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Extents, r.d.Layout.Extents >= 0 }),
 		diskGauge(diskImageAllocated, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Allocated, true }),
 		diskGauge(diskImageApparent, true, func(r *diskRow) (int64, bool) { return r.d.Layout.Apparent, true }),
-		btrfsVec(diskBtrfsExtents, func(r *diskRow) [2]uint64 { return [2]uint64{r.h.CowExtents, r.h.NocowExtents} }),
-		btrfsVec(diskBtrfsExtentBytes, func(r *diskRow) [2]uint64 { return [2]uint64{r.h.CowBytes, r.h.NocowBytes} }),
-		flushVec(diskFlushWrites, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWrites[:], r.h.FlushJournalWrites }),
-		flushVec(diskFlushWriteBytes, func(r *diskRow) ([]uint64, uint64) { return r.h.FlushWriteBytes[:], r.h.FlushJournalBytes }),
-		hostVec(diskFlushCacheFlushes, []lbl{{}}, func(r *diskRow) []uint64 { return r.cacheFlushes[:] }),
-		hostVec(diskDeviceRequests, dirExtra, func(r *diskRow) []uint64 { return r.h.Requests[:] }),
-		hostVec(diskDeviceBytes, dirExtra, func(r *diskRow) []uint64 { return r.h.Bytes[:] }),
+		btrfsVec(diskBtrfsExtents, hCowExtents, hNocowExtents),
+		btrfsVec(diskBtrfsExtentBytes, hCowBytes, hNocowBytes),
+		flushVec(diskFlushWrites, hFlushWrites, hFlushJournal),
+		flushVec(diskFlushWriteBytes, hFlushWriteBytes, hFlushJournalBytes),
+		hostVec(diskFlushCacheFlushes, []lbl{{}}, hFlushCacheFlushes),
+		hostVec(diskDeviceRequests, dirExtra, hRequests),
+		hostVec(diskDeviceBytes, dirExtra, hBytes),
 
 		// Per host device.
 		deviceKindOp(hostDeviceRequests, func(r *deviceRow) *[3][2]uint64 { return &r.c.Requests }),
@@ -375,16 +367,17 @@ func writeDirect(t sink, s *snapshot) {
 // Prometheus stores, 10,000 times over on a large host. The
 // value comes first, so that nothing the kernel counted is ever hidden,
 // even where the configuration said it could not happen.
-func diskVec(d *prometheus.Desc, extra []lbl, exp expect, get func(r *diskRow) []uint64) directFamily {
+func diskVec(d *prometheus.Desc, extra []lbl, exp expect, of field) directFamily {
 	f := familyOf(d, "counter")
 	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
+		buf := make([]uint64, of.n)
 		for i := range s.disks {
 			r := &s.disks[i]
 			if !r.disk {
 				continue
 			}
-			v := get(r)
+			v := r.c.get(of, buf)
 			for j, e := range extra {
 				if v[j] != 0 || exp == nil || exp(r, j) {
 					t.uint(f, r.labels, e, v[j])
@@ -404,7 +397,7 @@ type expect func(r *diskRow, j int) bool
 // setting let them, so their series start once the disk has done one
 // (completed or failed).
 func opSeen(r *diskRow, j int) bool {
-	return everyGuestDoes(opNames[j]) || r.c.Requests[j] != 0 || r.c.Errors[j] != 0
+	return everyGuestDoes(opNames[j]) || r.c.word(cRequests.w(j)) != 0 || r.c.word(cErrors.w(j)) != 0
 }
 
 // noneExpected: series that start with their first count, whatever the
@@ -493,16 +486,17 @@ func cacheClassified(r *diskRow, j int) bool {
 }
 
 // hostVec is diskVec for the host-side counters.
-func hostVec(d *prometheus.Desc, extra []lbl, get func(r *diskRow) []uint64) directFamily {
+func hostVec(d *prometheus.Desc, extra []lbl, of field) directFamily {
 	f := familyOf(d, "counter")
 	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
+		buf := make([]uint64, of.n)
 		for i := range s.disks {
 			r := &s.disks[i]
 			if !r.host {
 				continue
 			}
-			v := get(r)
+			v := r.h.get(of, buf)
 			for j, e := range extra {
 				t.uint(f, r.labels, e, v[j])
 			}
@@ -510,13 +504,14 @@ func hostVec(d *prometheus.Desc, extra []lbl, get func(r *diskRow) []uint64) dir
 	}}
 }
 
-func diskHist(d *prometheus.Desc, sh shape, each func(t sink, h *histFamily, r *diskRow)) directFamily {
+func diskHist(d *prometheus.Desc, sh shape, each func(t sink, h *histFamily, r *diskRow, buf []uint64)) directFamily {
 	h := histFamilyOf(d, sh)
 	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
+		buf := make([]uint64, maxField)
 		for i := range s.disks {
 			if r := &s.disks[i]; r.disk {
-				each(t, h, r)
+				each(t, h, r, buf)
 			}
 		}
 	}}
@@ -530,15 +525,16 @@ func stages() directFamily {
 	file := histFamilyOf(diskStage, unbucketedLatencyShape) // the same family, no classic bucket
 	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
+		buf := make([]uint64, maxField)
 		for i := range s.disks {
 			r := &s.disks[i]
 			for j := range dirExtra {
 				if r.disk {
-					t.histogram(file, r.labels, stageFile[j], r.c.Latency[j][:], float64(r.c.LatencySumNs[j])/1e9)
+					t.histogram(file, r.labels, stageFile[j], r.c.get(cLatency.at(j, latencyRow), buf), float64(r.c.word(cLatencySum.w(j)))/1e9)
 				}
 				if r.host {
-					t.histogram(h, r.labels, stageQueue[j], r.h.Queue[j][:], float64(r.h.QueueSumNs[j])/1e9)
-					t.histogram(h, r.labels, stageDevice[j], r.h.Service[j][:], float64(r.h.ServiceSumNs[j])/1e9)
+					t.histogram(h, r.labels, stageQueue[j], r.h.get(hQueue.at(j, hostRow), buf), float64(r.h.word(hQueueSum.w(j)))/1e9)
+					t.histogram(h, r.labels, stageDevice[j], r.h.get(hService.at(j, hostRow), buf), float64(r.h.word(hServiceSum.w(j)))/1e9)
 				}
 			}
 		}
@@ -593,7 +589,7 @@ func diskGauge(d *prometheus.Desc, host bool, get func(r *diskRow) (int64, bool)
 
 // btrfsVec is a family counted for images on Btrfs only (the host file
 // system as mountinfo names it).
-func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
+func btrfsVec(d *prometheus.Desc, cow, nocow field) directFamily {
 	f := familyOf(d, "counter")
 	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
@@ -602,7 +598,7 @@ func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
 			if !r.host || r.d.HostFS.FSType != "btrfs" {
 				continue
 			}
-			v := get(r)
+			v := [2]uint64{r.h.word(cow.off), r.h.word(nocow.off)}
 			for j, e := range btrfsExtra {
 				t.uint(f, r.labels, e, v[j])
 			}
@@ -611,16 +607,17 @@ func btrfsVec(d *prometheus.Desc, get func(r *diskRow) [2]uint64) directFamily {
 }
 
 // flushVec is source=call by kind, then source=journal (kind=metadata).
-func flushVec(d *prometheus.Desc, get func(r *diskRow) ([]uint64, uint64)) directFamily {
+func flushVec(d *prometheus.Desc, calls, journals field) directFamily {
 	f := familyOf(d, "counter")
 	return directFamily{f.name, func(t sink, s *snapshot) {
 		t.family(f)
+		buf := make([]uint64, calls.n)
 		for i := range s.disks {
 			r := &s.disks[i]
 			if !r.host {
 				continue
 			}
-			call, journal := get(r)
+			call, journal := r.h.get(calls, buf), r.h.word(journals.off)
 			for j := range kindExtra {
 				t.uint(f, r.labels, flushCall[j], call[j])
 			}

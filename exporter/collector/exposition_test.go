@@ -1090,22 +1090,26 @@ func TestHandlerQueuesScrapes(t *testing.T) {
 // shows.
 type batchKernel struct{ *fakeKernel }
 
-func (k batchKernel) CountersInto(slots []uint32, dst func(i int) *probe.Counters, failed func(i int, err error)) {
+func (k batchKernel) CountersInto(slots []uint32, got func(i int, c *probe.Counters), failed func(i int, err error)) {
+	var c probe.Counters // one buffer for all, as probe.Probes has
 	for i := len(slots) - 1; i >= 0; i-- {
-		if c, err := k.Counters(slots[i]); err != nil {
+		var err error
+		if c, err = k.Counters(slots[i]); err != nil {
 			failed(i, err)
 		} else {
-			*dst(i) = c
+			got(i, &c)
 		}
 	}
 }
 
-func (k batchKernel) ImageDeviceCountersInto(slots []uint32, dst func(i int) *bpf.HostImageDeviceCounters, failed func(i int, err error)) {
+func (k batchKernel) ImageDeviceCountersInto(slots []uint32, got func(i int, h *bpf.HostImageDeviceCounters), failed func(i int, err error)) {
+	var h bpf.HostImageDeviceCounters
 	for i := len(slots) - 1; i >= 0; i-- {
-		if c, err := k.ImageDeviceCounters(slots[i]); err != nil {
+		var err error
+		if h, err = k.ImageDeviceCounters(slots[i]); err != nil {
 			failed(i, err)
 		} else {
-			*dst(i) = c
+			got(i, &h)
 		}
 	}
 }

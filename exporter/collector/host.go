@@ -80,7 +80,7 @@ type HostSource interface {
 // BatchHostSource reads many disks' host-side counters at once, as
 // BatchCounterReader.
 type BatchHostSource interface {
-	ImageDeviceCountersInto(slots []uint32, dst func(i int) *bpf.HostImageDeviceCounters, failed func(i int, err error))
+	ImageDeviceCountersInto(slots []uint32, got func(i int, h *bpf.HostImageDeviceCounters), failed func(i int, err error))
 }
 
 // HostLister lists disks and their host devices.

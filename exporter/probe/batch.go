@@ -134,10 +134,11 @@ func (b *slotBatch[T]) each(slots []uint32, got func(i int, v *T), failed func(i
 	}
 }
 
-// CountersInto reads the counters of the disks at slots: into dst(i) for
-// slots[i], or failed(i, err) when they cannot be read. One scrape's worth
-// in a few system calls (see slotBatch).
-func (p *Probes) CountersInto(slots []uint32, dst func(i int) *Counters, failed func(i int, err error)) {
+// CountersInto reads the counters of the disks at slots: got(i, c) with
+// those of slots[i] (c is valid until got returns), or failed(i, err) when
+// they cannot be read. One scrape's worth in a few system calls (see
+// slotBatch).
+func (p *Probes) CountersInto(slots []uint32, got func(i int, c *Counters), failed func(i int, err error)) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
 	if p.objs.DiskStats.Type() == ebpf.PerCPUArray {
@@ -146,23 +147,27 @@ func (p *Probes) CountersInto(slots []uint32, dst func(i int) *Counters, failed 
 				failed(i, fmt.Errorf("read counters of slot %d: %w", s, err))
 				continue
 			}
-			dst(i).from(&p.diskBuf)
+			p.counters.from(&p.diskBuf)
+			got(i, &p.counters)
 		}
 		return
 	}
 	if p.diskBatch.m == nil {
 		p.diskBatch.m = p.objs.DiskStats
 	}
-	p.diskBatch.read(slots, func(i int, v *bpf.DiskCounters) { dst(i).from(v) }, failed)
+	p.diskBatch.read(slots, func(i int, v *bpf.DiskCounters) {
+		p.counters.from(v)
+		got(i, &p.counters)
+	}, failed)
 }
 
 // ImageDeviceCountersInto reads the host-side counters of the disks at
 // slots, as CountersInto.
-func (p *Probes) ImageDeviceCountersInto(slots []uint32, dst func(i int) *bpf.HostImageDeviceCounters, failed func(i int, err error)) {
+func (p *Probes) ImageDeviceCountersInto(slots []uint32, got func(i int, h *bpf.HostImageDeviceCounters), failed func(i int, err error)) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
 	if p.imageBatch.m == nil {
 		p.imageBatch.m = p.host.ImageDeviceStats
 	}
-	p.imageBatch.read(slots, func(i int, v *bpf.HostImageDeviceCounters) { *dst(i) = *v }, failed)
+	p.imageBatch.read(slots, got, failed)
 }
