@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"slices"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fspair/fspair/exporter/guest"
@@ -108,17 +106,17 @@ func (s *snapshot) readGuest(src GuestSource) {
 type guestCounter struct {
 	desc    *prometheus.Desc
 	divisor float64
-	get     func(s *guest.Stats) *[guest.NumOps]guest.Counter
-	written func(s *guest.Stats, op int) bool
+	get     func(c *guest.Counters) *[guest.NumOps]guest.Counter
+	written func(g *guest.Reading, op int) bool
 }
 
 // guestCounters are the counter families, for the direct writer and
 // GuestDiskCollector alike.
 var guestCounters = []guestCounter{
-	{guestRequests, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Requests }, guestOpSeen},
-	{guestBytes, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Bytes }, guestOpSeen},
-	{guestErrors, 1, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.Failed }, guestFailed},
-	{guestTime, 1e9, func(s *guest.Stats) *[guest.NumOps]guest.Counter { return &s.TimeNs }, guestTimeAsCounter},
+	{guestRequests, 1, func(c *guest.Counters) *[guest.NumOps]guest.Counter { return &c.Requests }, guestOpSeen},
+	{guestBytes, 1, func(c *guest.Counters) *[guest.NumOps]guest.Counter { return &c.Bytes }, guestOpSeen},
+	{guestErrors, 1, func(c *guest.Counters) *[guest.NumOps]guest.Counter { return &c.Failed }, guestFailed},
+	{guestTime, 1e9, func(c *guest.Counters) *[guest.NumOps]guest.Counter { return &c.TimeNs }, guestTimeAsCounter},
 }
 
 // guestFamilies are the direct writers of the guest families.
@@ -162,9 +160,9 @@ func guestVec(c guestCounter) directFamily {
 			if g == nil {
 				continue
 			}
-			for op, v := range c.get(&g.Stats) {
+			for op, v := range c.get(&g.Counters) {
 				switch {
-				case !v.OK, !c.written(&g.Stats, op):
+				case !v.OK, !c.written(g, op):
 				case c.divisor == 1:
 					t.uint(f, r.labels, guestOpExtra[op], v.V)
 				default:
@@ -179,35 +177,27 @@ func guestVec(c guestCounter) directFamily {
 // operation: read, write and flush always, discard once any of its
 // counters is not 0 (a request done or failed; the others follow from
 // one), so that nothing QEMU counted is left out.
-func guestOpSeen(s *guest.Stats, op int) bool {
-	if everyGuestDoes(guest.OpNames[op]) {
-		return true
-	}
-	for _, f := range []*[guest.NumOps]guest.Counter{&s.Requests, &s.Bytes, &s.Failed, &s.TimeNs} {
-		if f[op].V != 0 {
-			return true
-		}
-	}
-	return false
+func guestOpSeen(g *guest.Reading, op int) bool {
+	return everyGuestDoes(guest.OpNames[op]) ||
+		g.Requests[op].V != 0 || g.Bytes[op].V != 0 || g.Failed[op].V != 0 || g.TimeNs[op].V != 0
 }
 
 // guestFailed: an operation's errors series starts with its first failure.
-func guestFailed(s *guest.Stats, op int) bool {
-	return s.Failed[op].V != 0
+func guestFailed(g *guest.Reading, op int) bool {
+	return g.Failed[op].V != 0
 }
 
 // guestTimeAsCounter: the guest's time of an operation is a counter of its
 // own where the operation's histogram, whose sum it is, is not written.
-func guestTimeAsCounter(s *guest.Stats, op int) bool {
-	return guestOpSeen(s, op) && !guestHistogramWritten(s, op)
+func guestTimeAsCounter(g *guest.Reading, op int) bool {
+	return guestOpSeen(g, op) && !guestHistogramWritten(g, op)
 }
 
 // guestHistogramWritten says whether the operation's histogram is written:
 // the source gives it on fspair's bounds and it has an observation (the
 // direct writer leaves out a histogram with none; histFamily.observed).
-func guestHistogramWritten(s *guest.Stats, op int) bool {
-	l := &s.Latency[op]
-	return l.OK && slices.ContainsFunc(l.Bins[:], func(n uint64) bool { return n != 0 })
+func guestHistogramWritten(g *guest.Reading, op int) bool {
+	return g.HistogramOK(op) && g.Observed(op)
 }
 
 // guestLatencyFamily is fspair_disk_guest_request_duration_seconds: QEMU's
@@ -217,6 +207,7 @@ func guestLatencyFamily() directFamily {
 	h := histFamilyOf(guestLatency, latencyShape)
 	return directFamily{h.name, func(t sink, s *snapshot) {
 		t.family(&h.family)
+		buf := make([]uint64, guest.LatencySlots)
 		for i := range s.disks {
 			r := &s.disks[i]
 			g := guestReading(r)
@@ -224,8 +215,8 @@ func guestLatencyFamily() directFamily {
 				continue
 			}
 			for _, op := range guest.HistogramOps {
-				if guestHistogramWritten(&g.Stats, op) {
-					t.histogram(h, r.labels, guestOpExtra[op], g.Stats.Latency[op].Bins[:], guestSeconds(&g.Stats, op))
+				if guestHistogramWritten(g, op) {
+					t.histogram(h, r.labels, guestOpExtra[op], g.Bins(op, buf), guestSeconds(&g.Counters, op))
 				}
 			}
 		}
@@ -234,8 +225,8 @@ func guestLatencyFamily() directFamily {
 
 // guestSeconds is the guest's total time of an operation in seconds, the
 // sum of its histogram; 0 where the source gives none.
-func guestSeconds(s *guest.Stats, op int) float64 {
-	return float64(s.TimeNs[op].V) / 1e9
+func guestSeconds(c *guest.Counters, op int) float64 {
+	return float64(c.TimeNs[op].V) / 1e9
 }
 
 func guestReadTimeFamily() directFamily {
@@ -274,17 +265,18 @@ func (c *GuestDiskCollector) Update(ch chan<- prometheus.Metric) error {
 			continue
 		}
 		for _, gc := range guestCounters {
-			for op, v := range gc.get(&g.Stats) {
-				if v.OK && gc.written(&g.Stats, op) {
+			for op, v := range gc.get(&g.Counters) {
+				if v.OK && gc.written(g, op) {
 					ch <- prometheus.MustNewConstMetric(gc.desc, prometheus.CounterValue, float64(v.V)/gc.divisor, with(k, guest.OpNames[op])...)
 				}
 			}
 		}
 		for _, op := range guest.HistogramOps {
-			if !guestHistogramWritten(&g.Stats, op) {
+			if !guestHistogramWritten(g, op) {
 				continue // as the direct writer, no histogram before its first observation
 			}
-			m, err := histogram(guestLatency, latencyShape, g.Stats.Latency[op].Bins[:], guestSeconds(&g.Stats, op), with(k, guest.OpNames[op])...)
+			st := g.Stats()
+			m, err := histogram(guestLatency, latencyShape, st.Latency[op].Bins[:], guestSeconds(&st.Counters, op), with(k, guest.OpNames[op])...)
 			if err != nil {
 				return err
 			}

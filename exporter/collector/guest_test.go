@@ -43,8 +43,8 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 		st := guest.Status{Source: []string{guest.SourceQMP, guest.SourceLibvirt, guest.SourceNone}[rng.IntN(3)],
 			Status: statuses[rng.IntN(len(statuses))], Histogram: guest.HistogramNone}
 		if st.Status == guest.StatusOK || st.Status == guest.StatusStale {
-			r := &guest.Reading{At: time.UnixMilli(rng.Int64N(1 << 41))}
-			for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
+			var r guest.Stats
+			for _, f := range []*[guest.NumOps]guest.Counter{&r.Requests, &r.Bytes, &r.Failed, &r.TimeNs} {
 				for op := range f {
 					if rng.IntN(3) > 0 {
 						f[op] = guest.Counter{V: randomCount(rng), OK: true}
@@ -53,7 +53,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 			}
 			// Half of them never discarded: QEMU's unmap counters at 0.
 			if rng.IntN(2) == 0 {
-				for _, f := range []*[guest.NumOps]guest.Counter{&r.Stats.Requests, &r.Stats.Bytes, &r.Stats.Failed, &r.Stats.TimeNs} {
+				for _, f := range []*[guest.NumOps]guest.Counter{&r.Requests, &r.Bytes, &r.Failed, &r.TimeNs} {
 					f[guest.OpDiscard].V = 0
 				}
 			}
@@ -64,7 +64,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 				if rng.IntN(4) == 0 {
 					continue
 				}
-				h := &r.Stats.Latency[op]
+				h := &r.Latency[op]
 				h.OK, st.Histogram = true, guest.HistogramOK
 				if rng.IntN(4) > 0 {
 					for k := range h.Bins {
@@ -72,7 +72,7 @@ func randomGuest(rng *rand.Rand, inv *fakeInventory) fakeGuest {
 					}
 				}
 			}
-			st.Reading = r
+			st.Reading = guest.NewReading(&r, time.UnixMilli(rng.Int64N(1<<41)))
 		}
 		g[d.Domain] = st
 	}
@@ -213,9 +213,9 @@ func guestGoldenFleet() (*fakeInventory, *fakeKernel, fakeGuest) {
 	lv.Bytes[guest.OpWrite] = guest.Counter{V: 1024, OK: true}
 	at := time.Date(2026, 11, 21, 20, 15, 0, 250e6, time.UTC)
 	g := fakeGuest{
-		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: &guest.Reading{Stats: qmp, At: at}},
+		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: guest.NewReading(&qmp, at)},
 		"lv": {Source: guest.SourceLibvirt, Status: guest.StatusStale, Histogram: guest.HistogramLibvirtTooOld,
-			Reading: &guest.Reading{Stats: lv, At: at.Add(-time.Minute)}},
+			Reading: guest.NewReading(&lv, at.Add(-time.Minute))},
 	}
 	return &fakeInventory{disks: disks}, &fakeKernel{}, g
 }
@@ -335,7 +335,7 @@ func TestGuestBucketForBucket(t *testing.T) {
 		c.Requests[op] = 1
 	}
 	k.disk[d.Slot] = c
-	g := fakeGuest{d.Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: &guest.Reading{Stats: st}}}
+	g := fakeGuest{d.Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK, Reading: guest.NewReading(&st, time.Time{})}}
 	for _, mode := range []Histograms{HistogramsClassic, HistogramsNative} {
 		fams := byName(protoWithGuest(t, inv, k, g, mode))
 		img, gst := fams["fspair_disk_request_duration_seconds"].GetMetric(), fams["fspair_disk_guest_request_duration_seconds"].GetMetric()
@@ -444,7 +444,7 @@ func TestGuestSeriesPerDisk(t *testing.T) {
 			st.Latency[op].OK = hist
 		}
 		g := fakeGuest{inv.disks[0].Domain: {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
-			Reading: &guest.Reading{Stats: st}}}
+			Reading: guest.NewReading(&st, time.Time{})}}
 		text := guestOnly(t, guestDirect(t, inv, k, g))
 		classic = sampleLines(text)
 		discard = strings.Count(text, `op="discard"`)
@@ -515,8 +515,8 @@ func TestGuestTimeOnce(t *testing.T) {
 		lv.TimeNs[op] = guest.Counter{V: 1_000_000, OK: true}
 	}
 	g := fakeGuest{
-		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramNotSet, Reading: &guest.Reading{Stats: qmp}},
-		"lv":    {Source: guest.SourceLibvirt, Status: guest.StatusOK, Histogram: guest.HistogramLibvirtTooOld, Reading: &guest.Reading{Stats: lv}},
+		"plain": {Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramNotSet, Reading: guest.NewReading(&qmp, time.Time{})},
+		"lv":    {Source: guest.SourceLibvirt, Status: guest.StatusOK, Histogram: guest.HistogramLibvirtTooOld, Reading: guest.NewReading(&lv, time.Time{})},
 	}
 	// Where each disk's time of each op is: "sum" (the histogram's),
 	// "total" (the counter), with its value in seconds.

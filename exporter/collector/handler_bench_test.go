@@ -127,7 +127,7 @@ func BenchmarkScrape10k(b *testing.B) {
 	for _, d := range inv.disks {
 		st := typicalGuest()
 		qmp[d.Domain] = guest.Status{Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
-			Reading: &guest.Reading{Stats: st, At: time.UnixMilli(1_764_480_000_000)}}
+			Reading: guest.NewReading(&st, time.UnixMilli(1_764_480_000_000))}
 	}
 	for _, g := range []struct {
 		name string

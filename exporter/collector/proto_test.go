@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
@@ -640,7 +641,7 @@ func seriesPerDisk(t *testing.T, set func(d *inventory.Disk, c *probe.Counters),
 	src := fakeGuest{} // no guest values: fspair_disk_guest_info alone, as in the bench
 	if g != nil {
 		src[d.Domain] = guest.Status{Source: guest.SourceQMP, Status: guest.StatusOK, Histogram: guest.HistogramOK,
-			Reading: &guest.Reading{Stats: *g}}
+			Reading: guest.NewReading(g, time.Time{})}
 	}
 	s.readGuest(src)
 	var b bytes.Buffer

@@ -490,7 +490,7 @@ func (p *Poller) publish(disks []inventory.Disk, results []result, polls, errs m
 				s.Status = StatusUnreachable
 			}
 		case r.found:
-			s.Reading, s.Status, s.Histogram = &Reading{Stats: r.stats, At: r.at}, StatusOK, r.hist
+			s.Reading, s.Status, s.Histogram = NewReading(&r.stats, r.at), StatusOK, r.hist
 		default:
 			s.Status = StatusNoDevice
 		}

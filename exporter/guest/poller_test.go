@@ -324,7 +324,7 @@ func TestPollQMP(t *testing.T) {
 			}
 			continue
 		}
-		if s.Reading == nil || s.Reading.Stats != wantQMPStats(want.base) {
+		if s.Reading == nil || s.Reading.Stats() != wantQMPStats(want.base) {
 			t.Errorf("disk %d: stats %+v, want %+v", i, s.Reading, wantQMPStats(want.base))
 		} else if s.Reading.At.Before(before) {
 			t.Errorf("disk %d: reading time %v before the round", i, s.Reading.At)
@@ -404,7 +404,7 @@ func TestPollQMPHangs(t *testing.T) {
 		t.Errorf("round on the held socket: %+v", s)
 	}
 	p.Poll(context.Background())
-	if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Reading.Stats != wantQMPStats(9) {
+	if s := p.Status(&inv.disks[0]); s.Status != StatusOK || s.Reading.Stats() != wantQMPStats(9) {
 		t.Errorf("round on the second socket: %+v", s)
 	}
 }
@@ -516,12 +516,12 @@ func TestPollLibvirt(t *testing.T) {
 	want.Bytes = [NumOps]Counter{set(51136000), set(94490624), {}, {}}
 	want.TimeNs = [NumOps]Counter{set(2115621682), set(2724809085), set(19865032883), {}}
 	s := p.Status(&inv.disks[0])
-	if s.Source != SourceLibvirt || s.Status != StatusOK || s.Reading.Stats != want {
+	if s.Source != SourceLibvirt || s.Status != StatusOK || s.Reading.Stats() != want {
 		t.Errorf("vda: %+v, want %+v", s, want)
 	}
 	var wantB Stats
 	wantB.Requests[OpRead] = set(1)
-	if s := p.Status(&inv.disks[1]); s.Status != StatusOK || s.Reading.Stats != wantB {
+	if s := p.Status(&inv.disks[1]); s.Status != StatusOK || s.Reading.Stats() != wantB {
 		t.Errorf("by path: %+v", s)
 	}
 	for i, w := range []struct{ source, status string }{
@@ -533,7 +533,7 @@ func TestPollLibvirt(t *testing.T) {
 	}
 	fail.Store(true)
 	p.Poll(context.Background())
-	if s := p.Status(&inv.disks[0]); s.Status != StatusStale || s.Reading.Stats != want {
+	if s := p.Status(&inv.disks[0]); s.Status != StatusStale || s.Reading.Stats() != want {
 		t.Errorf("libvirt failing: %+v", s)
 	}
 	if st := p.Stats(); st.Polls[SourceLibvirt] != 2 || st.Errors[SourceLibvirt] != 1 {
@@ -586,7 +586,7 @@ func TestPollQMPHistograms(t *testing.T) {
 	status := func(i int) Status { return p.Status(&inv.disks[i]) }
 
 	p.Poll(context.Background())
-	if s := status(0); s.Status != StatusOK || s.Histogram != HistogramNotSet || s.Reading.Stats.Latency != [NumOps]Histogram{} {
+	if s := status(0); s.Status != StatusOK || s.Histogram != HistogramNotSet || s.Reading.Stats().Latency != [NumOps]Histogram{} {
 		t.Fatalf("round 1: %+v, want ok, histogram not_set, no bins", s)
 	}
 	if s := status(1); s.Status != StatusOK || s.Histogram != HistogramRefused {
@@ -603,7 +603,7 @@ func TestPollQMPHistograms(t *testing.T) {
 	if got := q.setArgs[0]; !reflect.DeepEqual(got, want) {
 		t.Errorf("set arguments %v, want %v", got, want)
 	}
-	base := status(0).Reading.Stats
+	base := status(0).Reading.Stats()
 
 	// Latencies on, below and above every bound, and past the last.
 	var lat []uint64
@@ -626,7 +626,7 @@ func TestPollQMPHistograms(t *testing.T) {
 		t.Fatalf("round 2: histogram %s, want ok", s.Histogram)
 	}
 	for _, op := range HistogramOps {
-		h := s.Reading.Stats.Latency[op]
+		h := s.Reading.Stats().Latency[op]
 		if !h.OK || h.Bins != wantBins[op] {
 			t.Errorf("%s: bins %v, want the kernel's slots %v", OpNames[op], h.Bins, wantBins[op])
 		}
@@ -634,11 +634,12 @@ func TestPollQMPHistograms(t *testing.T) {
 		for _, n := range h.Bins {
 			count += n
 		}
-		if grew := opTotals(&s.Reading.Stats, op) - opTotals(&base, op); count != grew || count != uint64(len(lat)) {
+		now := s.Reading.Stats()
+		if grew := opTotals(&now, op) - opTotals(&base, op); count != grew || count != uint64(len(lat)) {
 			t.Errorf("%s: histogram count %d, requests and failures grew by %d, %d completed", OpNames[op], count, grew, len(lat))
 		}
 	}
-	if s.Reading.Stats.Latency[OpDiscard].OK {
+	if s.Reading.Stats().Latency[OpDiscard].OK {
 		t.Error("a discard histogram: QEMU keeps none")
 	}
 	if n := q.count("block-latency-histogram-set"); n != 1 {
@@ -652,8 +653,8 @@ func TestPollQMPHistograms(t *testing.T) {
 		t.Errorf("after a restart: histogram %s, set %d times; want not_set, 2", s.Histogram, q.count("block-latency-histogram-set"))
 	}
 	p.Poll(context.Background())
-	if s := status(0); s.Histogram != HistogramOK || s.Reading.Stats.Latency[OpRead].Bins != [LatencySlots]uint64{} {
-		t.Errorf("after the new set: %s %v, want ok and empty", s.Histogram, s.Reading.Stats.Latency[OpRead].Bins)
+	if s := status(0); s.Histogram != HistogramOK || s.Reading.Stats().Latency[OpRead].Bins != [LatencySlots]uint64{} {
+		t.Errorf("after the new set: %s %v, want ok and empty", s.Histogram, s.Reading.Stats().Latency[OpRead].Bins)
 	}
 	// The drive without a device was refused once, and not asked since.
 	for _, a := range q.setArgs {
@@ -698,7 +699,7 @@ func TestPollQMPHistogramRefused(t *testing.T) {
 	inv2 := &fakeInv{disks: []inventory.Disk{disk("vm2", "vd1", "/img/a", 0, discovery.SourceQEMU, q2.path)}}
 	p2 := New(inv2, Options{Timeout: time.Second, SetHistograms: true})
 	p2.Poll(context.Background())
-	if s := p2.Status(&inv2.disks[0]); s.Histogram != HistogramOtherBounds || s.Reading.Stats.Latency[OpRead].OK {
+	if s := p2.Status(&inv2.disks[0]); s.Histogram != HistogramOtherBounds || s.Reading.Stats().Latency[OpRead].OK {
 		t.Errorf("other bounds: %+v, want other_bounds and no bins", s)
 	}
 	if n := q2.count("block-latency-histogram-set"); n != 0 {
@@ -765,11 +766,11 @@ func TestPollLibvirtHistograms(t *testing.T) {
 			t.Fatalf("vda: %+v", a)
 		}
 		for _, op := range HistogramOps {
-			if h := a.Reading.Stats.Latency[op]; !h.OK || !slices.Equal(h.Bins[:], bins) {
+			if h := a.Reading.Stats().Latency[op]; !h.OK || !slices.Equal(h.Bins[:], bins) {
 				t.Errorf("vda %s: %v, want %v", OpNames[op], h, bins)
 			}
 		}
-		if b := p.Status(&inv.disks[1]); b.Histogram != HistogramOtherBounds || b.Reading.Stats.Latency[OpRead].OK {
+		if b := p.Status(&inv.disks[1]); b.Histogram != HistogramOtherBounds || b.Reading.Stats().Latency[OpRead].OK {
 			t.Errorf("vdb (other bounds): %+v", b)
 		}
 		if s := p.Status(&inv.disks[2]); s.Status != StatusOK || s.Histogram != c.vdc {
@@ -859,10 +860,10 @@ func TestPollLibvirtMonitorHistograms(t *testing.T) {
 	s := p.Status(&inv.disks[0])
 	var want [LatencySlots]uint64
 	want[1], want[2] = 1, 1 // 1.5 us in (1, 2] us, 3 us in (2, 4] us
-	if s.Histogram != HistogramOK || s.Reading.Stats.Latency[OpRead].Bins != want || !s.Reading.Stats.Latency[OpRead].OK {
-		t.Errorf("round 2: %s %v, want ok %v", s.Histogram, s.Reading.Stats.Latency[OpRead], want)
+	if s.Histogram != HistogramOK || s.Reading.Stats().Latency[OpRead].Bins != want || !s.Reading.Stats().Latency[OpRead].OK {
+		t.Errorf("round 2: %s %v, want ok %v", s.Histogram, s.Reading.Stats().Latency[OpRead], want)
 	}
-	if r := s.Reading.Stats.Requests[OpRead]; r != set(12485) {
+	if r := s.Reading.Stats().Requests[OpRead]; r != set(12485) {
 		t.Errorf("read requests %+v, want libvirt's 12485", r)
 	}
 	if n := q.count("block-latency-histogram-set"); n != 1 {
@@ -989,7 +990,7 @@ func TestQMPReplyDecode(t *testing.T) {
 	}{
 		{"event first", `{"event":"BLOCK_IO_ERROR","data":{"device":"x"},"return":null}` + "\n" +
 			`{"return":[{"device":"d","stats":{"rd_operations":7}}],"id":"fspair-1"}` + "\n",
-			[]blockstatsEntry{{Device: "d", st: Stats{Requests: [NumOps]Counter{OpRead: set(7)}}}}, false, false},
+			[]blockstatsEntry{{Device: "d", st: Stats{Counters: Counters{Requests: [NumOps]Counter{OpRead: set(7)}}}}}, false, false},
 		{"wrong shape", `{"return":{"device":"d"},"id":"fspair-1"}` + "\n", nil, true, false},
 		{"refused", `{"error":{"class":"GenericError","desc":"no"},"id":"fspair-1"}` + "\n", nil, true, true},
 	} {
