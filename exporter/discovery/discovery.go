@@ -517,23 +517,36 @@ func (d *Discoverer) fileID(disk *Disk, fds map[int][]fdLink) (fileID, bool) {
 
 // stillRunning drops the disks whose VMM process is known to be gone: no
 // longer in /proc, or a zombie (exited, not yet reaped by its parent).
+// disks is left as it is (a source's last good result is kept and
+// filtered again); when no disk is dropped it is returned itself rather
+// than copied (at 10,000 disks a copy is 6 MB a round).
 func (d *Discoverer) stillRunning(disks []found) []found {
-	out := disks[:0:0]
 	gone := map[int]bool{}
-	for _, f := range disks {
-		if f.PID > 0 {
-			g, seen := gone[f.PID]
-			if !seen {
-				g = d.exited(f.PID)
-				gone[f.PID] = g
-			}
-			if g {
-				continue
+	running := func(pid int) bool {
+		if pid <= 0 {
+			return true
+		}
+		g, seen := gone[pid]
+		if !seen {
+			g = d.exited(pid)
+			gone[pid] = g
+		}
+		return !g
+	}
+	for i := range disks {
+		if running(disks[i].PID) {
+			continue
+		}
+		out := make([]found, i, len(disks)-1)
+		copy(out, disks[:i])
+		for _, f := range disks[i+1:] {
+			if running(f.PID) {
+				out = append(out, f)
 			}
 		}
-		out = append(out, f)
+		return out
 	}
-	return out
+	return disks
 }
 
 // exited tells whether process pid has exited: /proc/<pid> is gone, or its

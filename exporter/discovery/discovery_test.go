@@ -264,4 +264,16 @@ func TestStillRunning(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("kept %v, want %v", got, want)
 	}
+	// The input is left as it was (a source's last good result is
+	// filtered again next round), and returned itself when every disk
+	// stays.
+	for i, pid := range []int{0, 10, 11, 12, 13, 14, 15, 10} {
+		if in[i].PID != pid {
+			t.Fatalf("input disk %d has pid %d after the filter, want %d", i, in[i].PID, pid)
+		}
+	}
+	running := []found{in[0], in[1], in[3], in[5], in[7]}
+	if out := d.stillRunning(running); len(out) != len(running) || &out[0] != &running[0] {
+		t.Errorf("every disk running: got %d disks in a copy, want the input itself", len(out))
+	}
 }
