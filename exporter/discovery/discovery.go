@@ -572,8 +572,28 @@ func (d *Discoverer) exited(pid int) bool {
 // entry is a merged disk and the sources that contributed to it.
 type entry struct {
 	Disk
-	from map[string]bool
+	from sources
 }
+
+// sources is a set of the sources a merged disk came from.
+type sources uint8
+
+// sourceBit is a source's bit in sources: one each for libvirt, static and
+// qemu, the sources there are (any other would share the last bit).
+func sourceBit(name string) sources {
+	switch name {
+	case SourceLibvirt:
+		return 1
+	case SourceStatic:
+		return 2
+	case SourceQEMU:
+		return 4
+	}
+	return 128
+}
+
+func (s *sources) add(name string)     { *s |= sourceBit(name) }
+func (s sources) has(name string) bool { return s&sourceBit(name) != 0 }
 
 // merge combines the disks of all sources, given in priority order
 // (libvirt, static, qemu). Disks are the same when they have the same image
@@ -589,31 +609,35 @@ func (d *Discoverer) merge(sources [][]found) []Disk {
 	var order []*entry
 	for _, src := range sources {
 		// Exact matches first, so that a loose match cannot take the
-		// entry another disk of the same source matches exactly.
-		var loose []found
-		for _, f := range src {
+		// entry another disk of the same source matches exactly. (The
+		// others by index: a copy of each was 14 MB at 10,000 disks.)
+		var loose []int
+		for i := range src {
+			f := &src[i]
 			if cfg != nil && cfg.excluded(f.Disk) {
 				continue
 			}
 			key := f.key()
 			if e := pick(groups[key], f, sameVM); e != nil {
 				fill(&e.Disk, f.Disk)
-				e.from[f.Source] = true
+				e.from.add(f.Source)
 				continue
 			}
-			loose = append(loose, f)
+			loose = append(loose, i)
 		}
-		for _, f := range loose {
+		for _, i := range loose {
+			f := &src[i]
 			key := f.key()
 			g := groups[key]
 			if len(g) == 1 {
 				if e := pick(g, f, noConflict); e != nil {
 					fill(&e.Disk, f.Disk)
-					e.from[f.Source] = true
+					e.from.add(f.Source)
 					continue
 				}
 			}
-			e := &entry{Disk: f.Disk, from: map[string]bool{f.Source: true}}
+			e := &entry{Disk: f.Disk}
+			e.from.add(f.Source)
 			groups[key] = append(g, e)
 			order = append(order, e)
 		}
@@ -631,11 +655,11 @@ func (d *Discoverer) merge(sources [][]found) []Disk {
 			// A socket the operator names wins over those on the
 			// command line, except for libvirt's VMs: their guest side
 			// comes through libvirt, never from its monitor.
-			if sock, ok := sockets[e.Domain]; ok && !e.from[SourceLibvirt] && e.QMPNote != QMPNoteLibvirt {
+			if sock, ok := sockets[e.Domain]; ok && !e.from.has(SourceLibvirt) && e.QMPNote != QMPNoteLibvirt {
 				e.QMP, e.QMPNote = []string{sock}, ""
 			}
 		}
-		if e.from[SourceLibvirt] {
+		if e.from.has(SourceLibvirt) {
 			e.QMP = nil
 		}
 		out = append(out, e.Disk)
@@ -658,9 +682,9 @@ func (f found) key() string {
 
 // pick returns the first entry of g that f's source has not contributed to
 // yet and that matches f.
-func pick(g []*entry, f found, match func(a, b Disk) bool) *entry {
+func pick(g []*entry, f *found, match func(a, b Disk) bool) *entry {
 	for _, e := range g {
-		if !e.from[f.Source] && match(e.Disk, f.Disk) {
+		if !e.from.has(f.Source) && match(e.Disk, f.Disk) {
 			return e
 		}
 	}
