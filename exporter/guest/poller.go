@@ -213,14 +213,18 @@ func vmKey(d *inventory.Disk) string {
 	return "domain:" + d.Domain + "\x00" + strings.Join(d.QMP, "\x00")
 }
 
-// result is what a round learnt of one disk.
+// result is what a round learnt of one disk. Its values are packed into a
+// Reading as soon as its source has given them all: a round holds every
+// disk's result until it publishes, and dense Stats were 11 MB of live heap
+// a round at 10,000 VMs.
 type result struct {
-	source string
-	err    bool // its source failed this round
-	found  bool
-	stats  Stats
-	hist   string // histogram label, when found
-	at     time.Time
+	source  string
+	err     bool // its source failed this round
+	found   bool
+	reading *Reading // when found
+	lv      *Stats   // libvirt's values until its histograms are in
+	hist    string   // histogram label, when found
+	at      time.Time
 }
 
 // Poll runs one round: libvirt's statistics in one call, each QMP VM in a
@@ -292,6 +296,7 @@ func (p *Poller) Poll(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var scratch []Stats // what a VM's session decodes into
 			for {
 				j := int(next.Add(1) - 1)
 				if j >= len(vmOrder) {
@@ -305,7 +310,7 @@ func (p *Poller) Poll(ctx context.Context) {
 					}
 					continue
 				}
-				failed := p.readVM(ctx, states[j], disks, idx, results)
+				failed := p.readVM(ctx, states[j], disks, idx, results, &scratch)
 				count(SourceQMP, failed)
 			}
 		}()
@@ -359,7 +364,7 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 				continue
 			}
 			if x := dom.find(d.TargetDevice, d.SourceFile); x != nil {
-				results[i].stats, results[i].found, results[i].at = x.stats, true, at
+				results[i].lv, results[i].found, results[i].at = &x.stats, true, at
 				results[i].hist = x.histogramLabel(version)
 			}
 			break
@@ -367,6 +372,11 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 	}
 	if p.opts.LibvirtMonitor != nil {
 		p.libvirtHistograms(ctx, disks, idx, results)
+	}
+	for _, i := range idx {
+		if r := &results[i]; r.lv != nil {
+			r.reading, r.lv = NewReading(r.lv, r.at), nil
+		}
 	}
 	return false
 }
@@ -414,7 +424,7 @@ func (p *Poller) libvirtHistograms(ctx context.Context, disks []inventory.Disk, 
 		}
 		for j, i := range ids {
 			if vd[j].entry != nil {
-				results[i].stats.Latency, results[i].hist = got[j].Latency, labels[j]
+				results[i].lv.Latency, results[i].hist = got[j].Latency, labels[j]
 			}
 		}
 	}
@@ -427,16 +437,22 @@ func (p *Poller) libvirtHistograms(ctx context.Context, disks []inventory.Disk, 
 
 // readVM reads one VM over QMP, trying its next socket; on failure the
 // socket after it is tried next round. True when it failed.
-func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk, idx []int, results []result) bool {
+// scratch is the caller's, reused from one VM to the next.
+func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk, idx []int, results []result, scratch *[]Stats) bool {
 	first := &disks[idx[0]]
 	socks := first.QMP
 	if st.next >= len(socks) {
 		st.next = 0
 	}
 	sock := socks[st.next]
+	if cap(*scratch) < len(idx) {
+		*scratch = make([]Stats, len(idx))
+	}
+	out := (*scratch)[:len(idx)]
 	vd := make([]*vmDisk, len(idx))
 	for j, i := range idx {
-		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &results[i].stats, hist: &results[i].hist}
+		out[j] = Stats{}
+		vd[j] = &vmDisk{target: disks[i].TargetDevice, file: disks[i].SourceFile, out: &out[j], hist: &results[i].hist}
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
@@ -459,7 +475,9 @@ func (p *Poller) readVM(ctx context.Context, st *vmState, disks []inventory.Disk
 	}
 	st.failing = false
 	for j, i := range idx {
-		results[i].found, results[i].at = vd[j].entry != nil, at
+		if vd[j].entry != nil {
+			results[i].found, results[i].at, results[i].reading = true, at, NewReading(&out[j], at)
+		}
 	}
 	return false
 }
@@ -490,7 +508,7 @@ func (p *Poller) publish(disks []inventory.Disk, results []result, polls, errs m
 				s.Status = StatusUnreachable
 			}
 		case r.found:
-			s.Reading, s.Status, s.Histogram = NewReading(&r.stats, r.at), StatusOK, r.hist
+			s.Reading, s.Status, s.Histogram = r.reading, StatusOK, r.hist
 		default:
 			s.Status = StatusNoDevice
 		}
