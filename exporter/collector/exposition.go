@@ -250,6 +250,18 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	s.hostDur = time.Since(start)
 }
 
+// drop lets go of what the rows point to outside the snapshot (the
+// inventory's disks, the guest's readings) when a scrape is done with
+// them, keeping the rows' memory and the arena for the next reading: a
+// kept snapshot otherwise held the inventory's and the guest poll's
+// earlier rounds (at 10,000 disks 5 MB and 4 MB) until the next scrape.
+func (s *snapshot) drop() {
+	clear(s.disks[:cap(s.disks)])
+	s.disks = s.disks[:0]
+	clear(s.devices[:cap(s.devices)])
+	s.devices = s.devices[:0]
+}
+
 // joinErrs keeps the first few errors: one bad map read per disk would
 // otherwise make a log line a thousand errors long.
 func joinErrs(errs []error) error {

@@ -390,6 +390,7 @@ func (h *Handler) release(c *collection) {
 		return
 	}
 	if c.s != nil {
+		c.s.drop()
 		h.snapshots.put(c.s)
 	}
 	for _, b := range c.gz {

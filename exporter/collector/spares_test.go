@@ -31,8 +31,9 @@ func TestSpares(t *testing.T) {
 }
 
 // TestSnapshotReused: consecutive scrapes read into one snapshot, with
-// garbage collections between them, so that its rows (3.8 KB a disk) are
-// not allocated again each scrape.
+// garbage collections between them, so that its rows and the arena of
+// their packed counters are not allocated again each scrape; the snapshot
+// kept holds no pointer to the inventory's disks or anything else it read.
 func TestSnapshotReused(t *testing.T) {
 	inv, k := randomFleet(rand.New(rand.NewPCG(3, 3)), 20)
 	h, err := NewHandler(prometheus.NewRegistry(), inv, k, k, HandlerOpts{MaxRequestsInFlight: 1})
@@ -47,13 +48,19 @@ func TestSnapshotReused(t *testing.T) {
 			t.Fatalf("scrape %d: %d", i, rec.Code)
 		}
 		s := h.snapshots.get()
-		if len(s.disks) == 0 {
-			t.Fatalf("scrape %d: the snapshot kept has no rows", i)
+		if len(s.disks) != 0 || cap(s.disks) == 0 || len(s.arena.chunks) == 0 {
+			t.Fatalf("scrape %d: the snapshot kept has %d rows (want 0) of %d, %d arena chunks", i, len(s.disks), cap(s.disks), len(s.arena.chunks))
 		}
-		if i > 0 && &s.disks[0] != rows {
+		all := s.disks[:cap(s.disks)]
+		for j := range all {
+			if r := &all[j]; r.d != nil || r.c.vals != nil || r.guest.Reading != nil || r.labels.text != "" {
+				t.Fatalf("scrape %d: kept row %d still points to what it read", i, j)
+			}
+		}
+		if i > 0 && &all[0] != rows {
 			t.Errorf("scrape %d read into new rows", i)
 		}
-		rows = &s.disks[0]
+		rows = &all[0]
 		h.snapshots.put(s)
 		runtime.GC() // twice: a sync.Pool keeps its values through one
 		runtime.GC()
