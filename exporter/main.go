@@ -87,8 +87,8 @@ func run() int {
 		memLimit     = app.Flag("memory-limit", "The Go runtime's soft memory limit: the garbage collector runs more often as the heap nears it, trading CPU for memory. "+
 			"auto (the default): GOMEMLIMIT if set, else 90% of the memory limit of the exporter's cgroup (systemd's MemoryMax=), else none; off: none; "+
 			"or a size (B, KiB, MiB, GiB; at least 32MiB). Without a limit a scrape's garbage lets the heap reach about twice what stays live "+
-			"(at 10,000 disks about 190 MiB resident; 110MiB holds it under 128 MiB, its scrape within 250 ms, for about 1% more CPU: BENCHMARKS.md). "+
-			"Below the live heap (about 8 KiB per disk) a limit cannot hold and costs CPU instead.").Default("auto").String()
+			"(at 10,000 disks 160-190 MiB resident; 100MiB holds it at 110-114 MiB, its scrape within 250 ms: BENCHMARKS.md). "+
+			"Below the live heap (at 10,000 disks about 70 MB, 83 MB with guest values) a limit cannot hold and costs CPU instead.").Default("auto").String()
 		dropPriv  = app.Flag("privilege.drop", "Once the probes are attached, drop every capability but those reading images and /proc needs (--no-privilege.drop keeps them all, for debugging).").Default("true").Bool()
 		webConfig = kingpinflag.AddFlags(app, ":9477")
 		logConfig = &promslog.Config{}

@@ -13,7 +13,7 @@ import (
 // The Go runtime's soft memory limit (--memory-limit). Most of what a scrape
 // allocates is garbage by its end, and without a limit the collector lets
 // the heap grow to twice what stays live before it runs (GOGC=100): at
-// 10,000 disks about 80 MB live and 190 MB resident. Under a limit the
+// 10,000 disks about 70 MB live at its peaks and 160-190 MiB resident. Under a limit the
 // collector runs more often as the heap nears it, trading CPU for memory
 // (BENCHMARKS.md, A fleet's scale). A limit is soft: below the live heap
 // it cannot hold, and the runtime then caps the collector's CPU instead of
