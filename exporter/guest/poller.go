@@ -364,7 +364,8 @@ func (p *Poller) readLibvirt(ctx context.Context, disks []inventory.Disk, idx []
 				continue
 			}
 			if x := dom.find(d.TargetDevice, d.SourceFile); x != nil {
-				results[i].lv, results[i].found, results[i].at = &x.stats, true, at
+				st := x.stats // a copy: the monitor's histograms go into it
+				results[i].lv, results[i].found, results[i].at = &st, true, at
 				results[i].hist = x.histogramLabel(version)
 			}
 			break
