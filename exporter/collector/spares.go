@@ -5,8 +5,9 @@ import "sync"
 // spares keeps up to max values for the next scrapes to reuse. A sync.Pool
 // does not do for the scrape's large buffers: the garbage collector empties
 // it, and at 10,000 disks it ran between any two scrapes, so that each one
-// allocated its 38 MB snapshot and its buffers afresh and the exporter's
-// memory went to twice what one scrape holds.
+// allocated its snapshot (38 MB when the counters were kept dense) and its
+// buffers afresh and the exporter's memory went to twice what one scrape
+// holds.
 type spares[T any] struct {
 	mu   sync.Mutex
 	max  int
