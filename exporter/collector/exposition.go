@@ -98,12 +98,12 @@ func joined(a, b []lbl) [][]lbl {
 // kernel counters, read once.
 type diskRow struct {
 	d      *inventory.Disk
-	labels lbl            // domain, uuid, target_device, source_file
-	info   lbl            // fspair_disk_info's pairs after labels
-	disk   bool           // c holds the disk's counters
-	host   bool           // h holds its host-side counters
-	c      packedCounters // read when disk is
-	h      packedHost     // read when host is
+	labels lbl    // domain, uuid, target_device, source_file
+	info   lbl    // fspair_disk_info's pairs after labels
+	disk   bool   // c holds the disk's counters
+	host   bool   // h holds its host-side counters
+	c      packed // probe.Counters, read when disk is
+	h      packed // bpf.HostImageDeviceCounters, read when host is
 	// The request paths the probes do not follow, for
 	// fspair_disk_unfollowed: each one's op, path and measure pairs.
 	gaps []lbl
@@ -186,7 +186,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 			errs = append(errs, err)
 			continue
 		}
-		r.c.set(&c, &s.arena)
+		r.c.set(countersWords(&c), &s.arena)
 		r.disk = true
 	}
 	// The tracked disks' slots, for the readers that take them at once.
@@ -200,7 +200,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	if batch != nil {
 		batch.CountersInto(s.slots, func(i int, c *probe.Counters) {
 			r := &s.disks[s.rows[i]]
-			r.c.set(c, &s.arena)
+			r.c.set(countersWords(c), &s.arena)
 			r.disk = true
 		}, failed)
 	}
@@ -215,7 +215,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 	if hb, ok := host.(BatchHostSource); ok {
 		hb.ImageDeviceCountersInto(s.slots, func(i int, h *bpf.HostImageDeviceCounters) {
 			r := &s.disks[s.rows[i]]
-			r.h.set(h, &s.arena)
+			r.h.set(hostWordsOf(h), &s.arena)
 			r.host = true
 		}, failed)
 	} else {
@@ -226,7 +226,7 @@ func (s *snapshot) read(inv HostLister, counters CounterReader, host HostSource)
 				errs = append(errs, err)
 				continue
 			}
-			r.h.set(&h, &s.arena)
+			r.h.set(hostWordsOf(&h), &s.arena)
 			r.host = true
 		}
 	}

@@ -1,11 +1,11 @@
 package collector
 
 import (
-	"math/bits"
 	"unsafe"
 
 	bpf "github.com/fspair/fspair/bpf/obj"
 	"github.com/fspair/fspair/exporter/probe"
+	"github.com/fspair/fspair/exporter/wordpack"
 )
 
 // A scrape writes family after family, so it holds every disk's counters
@@ -15,9 +15,9 @@ import (
 // heap grow to twice what stays live. Most of those words are zero: a
 // histogram's requests fall in a few of its buckets, and operations,
 // interfaces and cache results a disk's configuration never uses stay at
-// zero. A row keeps them packed: a bitmap of its non-zero words and those
-// words in order, from an arena the snapshot reuses. A disk whose every
-// word is non-zero costs its bitmap more than before (48 + 16 bytes).
+// zero. A row keeps them packed (exporter/wordpack), in words of an arena
+// the snapshot reuses. A disk whose every word is non-zero costs its
+// bitmaps more than before (2 x 48 bytes).
 
 // counterWords and hostWords are the words of probe.Counters and of
 // bpf.HostImageDeviceCounters: both are made of 64-bit integers only
@@ -27,50 +27,39 @@ const (
 	hostWords    = int(unsafe.Sizeof(bpf.HostImageDeviceCounters{}) / 8)
 )
 
-// The bitmaps' sizes; a layout that outgrows its bitmap fails to compile
-// (a negative array length).
-const (
-	counterMaskWords = 6
-	hostMaskWords    = 2
-)
+// The bitmap's size, for the larger layout; a layout that outgrows it
+// fails to compile (a negative array length).
+const maskWords = 6
 
 var (
-	_ [counterMaskWords*64 - counterWords]struct{}
-	_ [hostMaskWords*64 - hostWords]struct{}
+	_ [maskWords*64 - counterWords]struct{}
+	_ [maskWords*64 - hostWords]struct{}
 )
 
-// packedCounters is a disk's probe.Counters, packed.
-type packedCounters struct {
-	mask [counterMaskWords]uint64
+// packed is a disk's probe.Counters or bpf.HostImageDeviceCounters, packed
+// (exporter/wordpack).
+type packed struct {
+	mask [maskWords]uint64
 	vals []uint64
 }
 
-// packedHost is a disk's bpf.HostImageDeviceCounters, packed.
-type packedHost struct {
-	mask [hostMaskWords]uint64
-	vals []uint64
+func (p *packed) set(w []uint64, a *wordArena) { p.vals = wordpack.Pack(p.mask[:], w, a.alloc) }
+
+func countersWords(c *probe.Counters) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(c)), counterWords)
 }
 
-func (p *packedCounters) set(c *probe.Counters, a *wordArena) {
-	p.vals = pack(p.mask[:], unsafe.Slice((*uint64)(unsafe.Pointer(c)), counterWords), a)
-}
-
-func (p *packedHost) set(h *bpf.HostImageDeviceCounters, a *wordArena) {
-	p.vals = pack(p.mask[:], unsafe.Slice((*uint64)(unsafe.Pointer(h)), hostWords), a)
+func hostWordsOf(h *bpf.HostImageDeviceCounters) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(h)), hostWords)
 }
 
 // get is the field f's words, unpacked into buf (at least f.n long).
-func (p *packedCounters) get(f field, buf []uint64) []uint64 {
-	return unpack(p.mask[:], p.vals, f, buf)
-}
-
-func (p *packedHost) get(f field, buf []uint64) []uint64 {
-	return unpack(p.mask[:], p.vals, f, buf)
+func (p *packed) get(f field, buf []uint64) []uint64 {
+	return wordpack.Unpack(p.mask[:], p.vals, f.off, f.n, buf)
 }
 
 // word is the word at w.
-func (p *packedCounters) word(w int) uint64 { return wordAt(p.mask[:], p.vals, w) }
-func (p *packedHost) word(w int) uint64     { return wordAt(p.mask[:], p.vals, w) }
+func (p *packed) word(w int) uint64 { return wordpack.At(p.mask[:], p.vals, w) }
 
 // field is n words from word off of a packed layout: an array field, or
 // one row of a two-dimensional one (at).
@@ -146,72 +135,6 @@ const (
 // maxField is the longest field a family reads at once: the buffers the
 // writers unpack into are this long.
 const maxField = 32
-
-// pack sets mask to w's non-zero words and returns them, in order, in
-// words of a.
-func pack(mask, w []uint64, a *wordArena) []uint64 {
-	clear(mask)
-	n := 0
-	for i, v := range w {
-		if v != 0 {
-			mask[i>>6] |= 1 << (i & 63)
-			n++
-		}
-	}
-	vals := a.alloc(n)
-	k := 0
-	for _, v := range w {
-		if v != 0 {
-			vals[k] = v
-			k++
-		}
-	}
-	return vals
-}
-
-// rank is how many words before w are non-zero: where w's value is in the
-// packed words, if w is non-zero.
-func rank(mask []uint64, w int) int {
-	n := 0
-	for _, m := range mask[:w>>6] {
-		n += bits.OnesCount64(m)
-	}
-	return n + bits.OnesCount64(mask[w>>6]&(1<<(w&63)-1))
-}
-
-func wordAt(mask, vals []uint64, w int) uint64 {
-	if mask[w>>6]&(1<<(w&63)) == 0 {
-		return 0
-	}
-	return vals[rank(mask, w)]
-}
-
-func unpack(mask, vals []uint64, f field, buf []uint64) []uint64 {
-	buf = buf[:f.n]
-	k := rank(mask, f.off)
-	// The field's bits, up to one mask word at a time: a run of non-zero
-	// words is copied, a run of zeros cleared, a mix walked bit by bit.
-	for i := 0; i < f.n; {
-		w := f.off + i
-		take := min(64-w&63, f.n-i)
-		m := mask[w>>6] >> (w & 63)
-		all := uint64(1)<<take - 1 // every bit when take is 64
-		m &= all
-		out := buf[i : i+take]
-		switch m {
-		case all:
-			k += copy(out, vals[k:k+take])
-		default:
-			clear(out)
-			for ; m != 0; m &= m - 1 {
-				out[bits.TrailingZeros64(m)] = vals[k]
-				k++
-			}
-		}
-		i += take
-	}
-	return buf
-}
 
 // wordArena hands out runs of words from chunks it keeps from one
 // snapshot's reading to the next, so that packing allocates nothing once

@@ -71,10 +71,9 @@ func TestPackedFields(t *testing.T) {
 	} {
 		c, h := numbered(keep)
 		var a wordArena
-		var pc packedCounters
-		var ph packedHost
-		pc.set(&c, &a)
-		ph.set(&h, &a)
+		var pc, ph packed
+		pc.set(countersWords(&c), &a)
+		ph.set(hostWordsOf(&h), &a)
 		buf := make([]uint64, maxField)
 		cs := []struct {
 			f    field
@@ -147,7 +146,7 @@ func TestPackedRows(t *testing.T) {
 		a.reset()
 		const rows = 400 // 400 x up to 332 words: several 32k-word chunks
 		dense := make([]probe.Counters, rows)
-		packed := make([]packedCounters, rows)
+		packed := make([]packed, rows)
 		for i := range dense {
 			share := rng.Float64()
 			w := unsafe.Slice((*uint64)(unsafe.Pointer(&dense[i])), counterWords)
@@ -156,7 +155,7 @@ func TestPackedRows(t *testing.T) {
 					w[j] = rng.Uint64() | 1
 				}
 			}
-			packed[i].set(&dense[i], &a)
+			packed[i].set(countersWords(&dense[i]), &a)
 		}
 		if round == 0 && len(a.chunks) < 2 {
 			t.Fatalf("the rows took %d chunks: the test does not cross a chunk", len(a.chunks))
@@ -164,7 +163,7 @@ func TestPackedRows(t *testing.T) {
 		buf := make([]uint64, counterWords)
 		for i := range dense {
 			want := unsafe.Slice((*uint64)(unsafe.Pointer(&dense[i])), counterWords)
-			if got := unpack(packed[i].mask[:], packed[i].vals, field{0, counterWords}, buf); !slices.Equal(got, want) {
+			if got := packed[i].get(field{0, counterWords}, buf); !slices.Equal(got, want) {
 				t.Fatalf("round %d row %d: unpacked words differ", round, i)
 			}
 		}

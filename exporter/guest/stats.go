@@ -8,7 +8,11 @@
 // their time; scrapes read those and never wait on QEMU or libvirt.
 package guest
 
-import "time"
+import (
+	"time"
+
+	"github.com/fspair/fspair/exporter/wordpack"
+)
 
 // Operations, in the order of the arrays of Stats.
 const (
@@ -190,30 +194,14 @@ const binMaskWords = (NumOps*LatencySlots + 63) / 64
 // NewReading is s read at at.
 func NewReading(s *Stats, at time.Time) *Reading {
 	r := &Reading{Counters: s.Counters, At: at}
-	n := 0
+	var bins [NumOps * LatencySlots]uint64
 	for op := range s.Latency {
-		h := &s.Latency[op]
-		if h.OK {
+		if s.Latency[op].OK {
 			r.histOK |= 1 << op
 		}
-		for k, v := range h.Bins {
-			if v != 0 {
-				b := op*LatencySlots + k
-				r.binMask[b/64] |= 1 << (b % 64)
-				n++
-			}
-		}
+		copy(bins[op*LatencySlots:], s.Latency[op].Bins[:])
 	}
-	if n > 0 {
-		r.bins = make([]uint64, 0, n)
-		for op := range s.Latency {
-			for _, v := range s.Latency[op].Bins {
-				if v != 0 {
-					r.bins = append(r.bins, v)
-				}
-			}
-		}
-	}
+	r.bins = wordpack.Pack(r.binMask[:], bins[:], func(n int) []uint64 { return make([]uint64, n) })
 	return r
 }
 
@@ -223,33 +211,13 @@ func (r *Reading) HistogramOK(op int) bool { return r.histOK&(1<<op) != 0 }
 
 // Observed says whether op's histogram has a request in any slot.
 func (r *Reading) Observed(op int) bool {
-	for k := range LatencySlots {
-		if b := op*LatencySlots + k; r.binMask[b/64]&(1<<(b%64)) != 0 {
-			return true
-		}
-	}
-	return false
+	return wordpack.Any(r.binMask[:], op*LatencySlots, LatencySlots)
 }
 
 // Bins is op's histogram bins, unpacked into buf (LatencySlots long at
 // least).
 func (r *Reading) Bins(op int, buf []uint64) []uint64 {
-	buf = buf[:LatencySlots]
-	// Where op's bins start among the packed ones.
-	at := 0
-	for b := range op * LatencySlots {
-		if r.binMask[b/64]&(1<<(b%64)) != 0 {
-			at++
-		}
-	}
-	for k := range buf {
-		buf[k] = 0
-		if b := op*LatencySlots + k; r.binMask[b/64]&(1<<(b%64)) != 0 {
-			buf[k] = r.bins[at]
-			at++
-		}
-	}
-	return buf
+	return wordpack.Unpack(r.binMask[:], r.bins, op*LatencySlots, LatencySlots, buf)
 }
 
 // Stats is the reading's values, unpacked.
