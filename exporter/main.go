@@ -85,10 +85,11 @@ func run() int {
 		guestLvHist  = app.Flag("guest.libvirt-monitor-histograms", "Set and read the guest latency histograms of libvirt domains through libvirt's QEMU monitor pass-through (virDomainQemuMonitorCommand, on --discovery.libvirt.monitor-socket) where libvirt's statistics do not give them. libvirt marks each domain so used as tainted (custom-monitor), hence off by default.").Default("false").Bool()
 		guestTO      = app.Flag("guest.timeout", "Deadline for each QMP session and each libvirt statistics call; a VMM that does not answer in time keeps its last values and counts a failure.").Default("2s").Duration()
 		memLimit     = app.Flag("memory-limit", "The Go runtime's soft memory limit: the garbage collector runs more often as the heap nears it, trading CPU for memory. "+
-			"auto (the default): GOMEMLIMIT if set, else 90% of the memory limit of the exporter's cgroup (systemd's MemoryMax=), else none; off: none; "+
+			"auto (the default): GOMEMLIMIT if set, else a limit that follows the live heap (1.25x the highest live heap of the last 10 minutes plus 2 MiB, at least 64 MiB), "+
+			"at most 90% of the memory limit of the exporter's cgroup (systemd's MemoryMax=) where it has one; off: none; "+
 			"or a size (B, KiB, MiB, GiB; at least 32MiB). Without a limit a scrape's garbage lets the heap reach about twice what stays live "+
-			"(at 10,000 disks 160-190 MiB resident; 100MiB holds it at 110-114 MiB, its scrape within 250 ms: BENCHMARKS.md). "+
-			"Below the live heap (at 10,000 disks about 70 MB, 83 MB with guest values) a limit cannot hold and costs CPU instead.").Default("auto").String()
+			"(at 10,000 disks 150-200 MiB resident). A fixed size below the live heap (at 10,000 disks about 70 MB, 83 MB with guest values) cannot hold and costs CPU instead: "+
+			"README, Memory; BENCHMARKS.md).").Default("auto").String()
 		dropPriv  = app.Flag("privilege.drop", "Once the probes are attached, drop every capability but those reading images and /proc needs (--no-privilege.drop keeps them all, for debugging).").Default("true").Bool()
 		webConfig = kingpinflag.AddFlags(app, ":9477")
 		logConfig = &promslog.Config{}
@@ -136,7 +137,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	if !mem.keep {
+	switch {
+	case mem.adaptive:
+		newMemoryGovernor(mem.bytes, debug.SetMemoryLimit, time.Now).start()
+	case !mem.keep:
 		debug.SetMemoryLimit(mem.bytes)
 	}
 

@@ -13,13 +13,14 @@ import (
 // The Go runtime's soft memory limit (--memory-limit). Most of what a scrape
 // allocates is garbage by its end, and without a limit the collector lets
 // the heap grow to twice what stays live before it runs (GOGC=100): at
-// 10,000 disks about 70 MB live at its peaks and 160-190 MiB resident. Under a limit the
+// 10,000 disks about 70 MB live at its peaks and 150-200 MiB resident. Under a limit the
 // collector runs more often as the heap nears it, trading CPU for memory
 // (BENCHMARKS.md, A fleet's scale). A limit is soft: below the live heap
 // it cannot hold, and the runtime then caps the collector's CPU instead of
-// failing.
+// failing. That is why the default follows the live heap (memoryGovernor,
+// memgov.go) rather than being one size for every fleet.
 
-// memoryLimitRatio is the share of a cgroup's memory limit auto takes: the
+// memoryLimitRatio is the share of a cgroup's memory limit auto may take: the
 // rest is headroom for what the runtime does not count (the BPF map pages
 // the exporter reads, thread stacks), so that the kernel's hard limit is
 // not the one reached.
@@ -35,19 +36,20 @@ const minMemoryLimit = 32 << 20
 var errMemoryLimit = errors.New("--memory-limit: want auto, off, or a size of at least 32MiB in B, KiB, MiB or GiB")
 
 // memoryLimit is the limit --memory-limit asks for: limit in bytes, or
-// keep (the runtime's own setting stays: GOMEMLIMIT, or none), and where it
-// came from, for the start-up log line.
+// keep (the runtime's own setting stays: GOMEMLIMIT), or adaptive (the
+// limit follows the live heap, at most bytes), and where it came from, for
+// the start-up log line.
 type memoryLimit struct {
-	bytes int64
-	keep  bool
-	from  string
+	bytes    int64
+	keep     bool
+	adaptive bool
+	from     string
 }
 
 // resolveMemoryLimit turns the flag's value into a limit. auto keeps
-// GOMEMLIMIT when it is set (env is its value), else takes
-// memoryLimitRatio of the memory limit of the exporter's cgroup, read under
-// root ("/" but in tests), and keeps the runtime's default (no limit)
-// when there is none.
+// GOMEMLIMIT when it is set (env is its value), else follows the live heap
+// (memoryGovernor), at most memoryLimitRatio of the memory limit of the
+// exporter's cgroup, read under root ("/" but in tests), where it has one.
 func resolveMemoryLimit(value, env, root string) (memoryLimit, error) {
 	switch value {
 	case "off":
@@ -56,15 +58,17 @@ func resolveMemoryLimit(value, env, root string) (memoryLimit, error) {
 		if env != "" {
 			return memoryLimit{keep: true, from: "GOMEMLIMIT=" + env}, nil
 		}
+		follow := fmt.Sprintf("auto: %.2fx the highest live heap of the last %s plus %d MiB, at least %d MiB",
+			governorRatio, governorWindow, governorSlack>>20, governorFloor>>20)
 		max, path, err := cgroupMemoryMax(root)
 		if err != nil {
-			return memoryLimit{keep: true, from: fmt.Sprintf("none (cgroup memory limit unreadable: %v)", err)}, nil
+			return memoryLimit{adaptive: true, bytes: math.MaxInt64, from: fmt.Sprintf("%s (cgroup memory limit unreadable: %v)", follow, err)}, nil
 		}
 		if max <= 0 {
-			return memoryLimit{keep: true, from: "none (no cgroup memory limit)"}, nil
+			return memoryLimit{adaptive: true, bytes: math.MaxInt64, from: follow + " (no cgroup memory limit)"}, nil
 		}
-		return memoryLimit{bytes: int64(float64(max) * memoryLimitRatio),
-			from: fmt.Sprintf("%.0f%% of the cgroup's %d bytes (%s)", memoryLimitRatio*100, max, path)}, nil
+		return memoryLimit{adaptive: true, bytes: int64(float64(max) * memoryLimitRatio),
+			from: fmt.Sprintf("%s, at most %.0f%% of the cgroup's %d bytes (%s)", follow, memoryLimitRatio*100, max, path)}, nil
 	}
 	n, err := parseSize(value)
 	if err != nil {

@@ -26,8 +26,8 @@ func fakeRoot(t *testing.T, files map[string]string) string {
 }
 
 // TestResolveMemoryLimit: sizes in bytes and binary units; off lifts the
-// limit; auto keeps GOMEMLIMIT, else takes 90% of the cgroup's limit (v2,
-// or v1's memory controller), else keeps the runtime's default.
+// limit; auto keeps GOMEMLIMIT, else follows the live heap, at most 90% of
+// the cgroup's limit (v2, or v1's memory controller) where there is one.
 func TestResolveMemoryLimit(t *testing.T) {
 	v2 := fakeRoot(t, map[string]string{
 		"proc/self/cgroup": "0::/system.slice/fspair_exporter.service\n",
@@ -49,28 +49,28 @@ func TestResolveMemoryLimit(t *testing.T) {
 	for _, c := range []struct {
 		value, env, root string
 		bytes            int64
-		keep             bool
+		keep, adaptive   bool
 		from             string
 	}{
-		{"110MiB", "", v2, 110 << 20, false, "--memory-limit=110MiB"},
-		{"1GiB", "", v2, 1 << 30, false, "--memory-limit=1GiB"},
-		{"67108864", "", v2, 64 << 20, false, "--memory-limit=67108864"},
-		{"65536KiB", "", v2, 64 << 20, false, "--memory-limit=65536KiB"},
-		{"off", "", v2, math.MaxInt64, false, "off"},
-		{"auto", "200MiB", v2, 0, true, "GOMEMLIMIT=200MiB"},
-		{"auto", "", v2, 966367641, false, "fspair_exporter.service/memory.max"},
-		{"auto", "", v1, 483183820, false, "memory.limit_in_bytes"},
-		{"auto", "", v2max, 0, true, "no cgroup memory limit"},
-		{"auto", "", v1none, 0, true, "no cgroup memory limit"},
-		{"auto", "", missing, 0, true, "unreadable"},
+		{"110MiB", "", v2, 110 << 20, false, false, "--memory-limit=110MiB"},
+		{"1GiB", "", v2, 1 << 30, false, false, "--memory-limit=1GiB"},
+		{"67108864", "", v2, 64 << 20, false, false, "--memory-limit=67108864"},
+		{"65536KiB", "", v2, 64 << 20, false, false, "--memory-limit=65536KiB"},
+		{"off", "", v2, math.MaxInt64, false, false, "off"},
+		{"auto", "200MiB", v2, 0, true, false, "GOMEMLIMIT=200MiB"},
+		{"auto", "", v2, 966367641, false, true, "fspair_exporter.service/memory.max"},
+		{"auto", "", v1, 483183820, false, true, "memory.limit_in_bytes"},
+		{"auto", "", v2max, math.MaxInt64, false, true, "no cgroup memory limit"},
+		{"auto", "", v1none, math.MaxInt64, false, true, "no cgroup memory limit"},
+		{"auto", "", missing, math.MaxInt64, false, true, "unreadable"},
 	} {
 		got, err := resolveMemoryLimit(c.value, c.env, c.root)
 		if err != nil {
 			t.Errorf("%s (GOMEMLIMIT %q): %v", c.value, c.env, err)
 			continue
 		}
-		if got.keep != c.keep || (!c.keep && got.bytes != c.bytes) || !strings.Contains(got.from, c.from) {
-			t.Errorf("%s (GOMEMLIMIT %q): got %+v, want bytes %d keep %v from ~%q", c.value, c.env, got, c.bytes, c.keep, c.from)
+		if got.keep != c.keep || got.adaptive != c.adaptive || (!c.keep && got.bytes != c.bytes) || !strings.Contains(got.from, c.from) {
+			t.Errorf("%s (GOMEMLIMIT %q): got %+v, want bytes %d keep %v adaptive %v from ~%q", c.value, c.env, got, c.bytes, c.keep, c.adaptive, c.from)
 		}
 	}
 	for _, bad := range []string{"", "110MB", "1.5GiB", "-1GiB", "16MiB", "lots", "99999999999TiB", "MiB"} {

@@ -36,8 +36,8 @@
 #     stores them (bench/series); SCRAPE_FORMATS (default "text proto")
 #     picks the formats. The exporter runs in the syscall probe
 #     mode there, so that every histogram has data (the worst case), with
-#     --memory-limit=SCRAPE_MEMORY_LIMIT (default auto: no limit where the
-#     bench's cgroup has none). SCRAPE_GUEST lists the guest sides to
+#     --memory-limit=SCRAPE_MEMORY_LIMIT (default auto: the limit follows
+#     the live heap, README "Memory"). SCRAPE_GUEST lists the guest sides to
 #     measure, in its order for each format: none (the default: no source,
 #     fspair_disk_guest_info alone) and qmp (every disk's VM has a QMP
 #     monitor, served by bench/fakeqmp: a typical guest's reads, writes and
