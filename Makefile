@@ -22,7 +22,7 @@ SHELL := /bin/bash
 MATRIX_KERNELS ?= linux-image-6.1.0-56-cloud-amd64 linux-image-6.12.117+deb12-cloud-amd64
 export FSPAIR_MATRIX_KERNELS := $(MATRIX_KERNELS)
 
-.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules foundation matrix print-matrix-kernels report validate filebench filebench-live kdb kdb-quick loadtest fuzz soak deps clean
+.PHONY: test-deps promstack all build generate check-generate rules check-rules dashboards check-dashboards lint test unit-test deploy-test lab-test demo demo-smoke stack stack-stop stack-status fleet fleet-stop fleet-status bench bench-rules foundation guesthist matrix print-matrix-kernels report validate filebench filebench-live kdb kdb-quick loadtest fuzz soak deps clean
 
 all: build
 
@@ -139,6 +139,12 @@ bench: build
 # 6, 103 s; TestModesAgree covers every host FS x aio mode there). About 4 minutes.
 foundation:
 	flock /var/tmp/fspair-lab.lock $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ -run 'TestFoundation$$' -foundation.all
+
+# tests/e2e TestGuestHistogram with the slow p99 check (40 s a disk) on all
+# eight disks: plain QEMU's raw and qcow2 x three aio modes, and the libvirt
+# domain's two (lab-test runs it on four). About 8 minutes.
+guesthist:
+	flock /var/tmp/fspair-lab.lock $(GO) test -count=1 -v -timeout 30m ./tests/e2e/ -run 'TestGuestHistogram$$' -guesthist.all
 
 # The kernel matrix (tests/matrix): on every kernel of MATRIX_KERNELS, for each
 # probe mode (MATRIX_MODES; empty: the harness's default fentry,tracepoint,syscall;
