@@ -21,9 +21,12 @@ import (
 //
 // The runtime paces its collector to the lower of GOGC's goal (twice the
 // live heap) and the limit, so between scrapes, when less is live, the heap
-// may still grow to the scrape's peak times the ratio before a collection;
-// during a scrape a collection runs whenever the heap passes a quarter over
-// what was last found live. The limit is visible as go_gc_gomemlimit_bytes.
+// may still grow to the window's peak times the ratio before a collection.
+// A scrape that reaches a new peak (the first after start-up, or one after
+// more disks came) collects whenever its heap passes a quarter over what
+// the last collection found live, many times as it grows: that scrape is
+// the slow one (BENCHMARKS.md, "a memory limit that follows the live
+// heap"). The limit is visible as go_gc_gomemlimit_bytes.
 const (
 	governorRatio  = 1.25
 	governorSlack  = 2 << 20
