@@ -142,7 +142,7 @@ foundation:
 
 # tests/e2e TestGuestHistogram with the slow p99 check (40 s a disk) on all
 # eight disks: plain QEMU's raw and qcow2 x three aio modes, and the libvirt
-# domain's two (lab-test runs it on four). About 8 minutes.
+# domain's two (lab-test runs it on three). About 8 minutes.
 guesthist:
 	flock /var/tmp/fspair-lab.lock $(GO) test -count=1 -v -timeout 30m ./tests/e2e/ -run 'TestGuestHistogram$$' -guesthist.all
 
