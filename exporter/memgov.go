@@ -38,13 +38,12 @@ const (
 // memoryGovernor keeps the highest live heap per slot of
 // governorWindow/governorSlots and sets the limit those peaks imply.
 type memoryGovernor struct {
-	ceiling int64                // the highest limit it may set (math.MaxInt64: none)
-	set     func(int64) int64    // runtime/debug.SetMemoryLimit but in tests
-	now     func() time.Time     // time.Now but in tests
-	live    func() (int64, bool) // liveHeap but in tests
+	ceiling int64             // the highest limit it may set (math.MaxInt64: none)
+	set     func(int64) int64 // runtime/debug.SetMemoryLimit but in tests
+	now     func() time.Time  // time.Now but in tests
 
 	mu    sync.Mutex
-	slot  int64                // the current slot's number since the epoch
+	slot  int64                // the current slot's number since the epoch (never negative)
 	peaks [governorSlots]int64 // the highest live heap of each slot, by slot number mod governorSlots
 	limit int64                // the limit last set
 	stop  atomic.Bool
@@ -53,7 +52,7 @@ type memoryGovernor struct {
 // newMemoryGovernor returns a governor whose limit never exceeds ceiling and
 // sets its first limit (governorFloor, or ceiling when lower).
 func newMemoryGovernor(ceiling int64, set func(int64) int64, now func() time.Time) *memoryGovernor {
-	g := &memoryGovernor{ceiling: ceiling, set: set, now: now, live: liveHeap}
+	g := &memoryGovernor{ceiling: ceiling, set: set, now: now}
 	g.slot = g.slotOf(now())
 	g.observe(0)
 	return g
@@ -73,11 +72,11 @@ func (g *memoryGovernor) observe(live int64) int64 {
 		// Clear the slots passed since the last observation (all of them
 		// once a whole window has gone by).
 		for i := g.slot + 1; i <= s && i <= g.slot+governorSlots; i++ {
-			g.peaks[mod(i, governorSlots)] = 0
+			g.peaks[i%governorSlots] = 0
 		}
 		g.slot = s
 	}
-	cur := &g.peaks[mod(g.slot, governorSlots)]
+	cur := &g.peaks[g.slot%governorSlots]
 	if live > *cur {
 		*cur = live
 	}
@@ -97,13 +96,6 @@ func (g *memoryGovernor) observe(live int64) int64 {
 	return want
 }
 
-func mod(i, n int64) int64 {
-	if r := i % n; r >= 0 {
-		return r
-	}
-	return i%n + n
-}
-
 // gcSentinel is garbage the moment it is made; its finalizer runs once the
 // collection that found it unreachable has ended. It holds a pointer so
 // that it is never one of the runtime's tiny allocations, whose finalizers
@@ -121,7 +113,7 @@ func (g *memoryGovernor) arm() {
 		if g.stop.Load() {
 			return
 		}
-		if live, ok := g.live(); ok {
+		if live, ok := liveHeap(); ok {
 			g.observe(live)
 		}
 		g.arm()

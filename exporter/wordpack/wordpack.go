@@ -49,22 +49,18 @@ func At(mask, vals []uint64, w int) uint64 {
 	return vals[rank(mask, w)]
 }
 
-// Any says whether a word of the n from off is non-zero.
+// Any says whether a word of the n from off is non-zero: the mask's bits
+// for them, a mask word at a time.
 func Any(mask []uint64, off, n int) bool {
-	end := off + n
-	return rank(mask, off) != rankEnd(mask, end)
-}
-
-// rankEnd is rank at end, which may be one past the mask's last bit.
-func rankEnd(mask []uint64, end int) int {
-	if end>>6 == len(mask) {
-		n := 0
-		for _, m := range mask {
-			n += bits.OnesCount64(m)
+	for i := 0; i < n; {
+		w := off + i
+		take := min(64-w&63, n-i)
+		if mask[w>>6]>>(w&63)&(uint64(1)<<take-1) != 0 {
+			return true
 		}
-		return n
+		i += take
 	}
-	return rank(mask, end)
+	return false
 }
 
 // Unpack is the n words from off, unpacked into buf (at least n long).
