@@ -174,7 +174,8 @@ loadtest:
 # the features and the live class per window; about 4 minutes a run (36 in the default series), the lab
 # lock taken per run, resumable. Not part of make test. More flags in
 # FILEBENCH_FLAGS, e.g. -runs varmail@btrfs/ext4/raw/none/native -budget 1h; -runs heldout
-# makes the held-out parameter variants; -fit -write fits rules/classes.yaml.
+# makes the held-out parameter variants; -runs long-layout makes again, once, the stored runs
+# whose layout outlasted 120 s (their counted windows held it); -fit -write fits rules/classes.yaml.
 FILEBENCH_FLAGS ?=
 filebench:
 	$(GO) run ./tests/workload/filebench $(FILEBENCH_FLAGS)

@@ -40,6 +40,12 @@ type Snapshot struct {
 	// what the guest asked of its virtio disk, before QEMU merged requests.
 	GuestRequests map[string]float64 `json:"guest_requests,omitempty"` // by op
 	GuestBytes    map[string]float64 `json:"guest_bytes,omitempty"`    // by op
+	// The image file's space on the host file system as the exporter last
+	// read it (fspair_disk_image_allocated_bytes, ..._apparent_bytes: at
+	// each image refresh, not each scrape); absent in runs recorded before
+	// it was kept.
+	ImageAllocated float64 `json:"image_allocated,omitempty"`
+	ImageApparent  float64 `json:"image_apparent,omitempty"`
 }
 
 // ReadDisk picks the disk whose image is sourceFile out of a scrape taken
@@ -96,6 +102,8 @@ func ReadDisk(fams map[string]*dto.MetricFamily, sourceFile string, t time.Time)
 	each("fspair_disk_request_duration_seconds", func(l map[string]string, m *dto.Metric) { s.Latency[l["op"]] = hist(m) })
 	each("fspair_disk_stage_seconds", func(l map[string]string, m *dto.Metric) { s.Stage[l["stage"]+"/"+l["op"]] = hist(m) })
 	each("fspair_disk_outstanding_requests", func(_ map[string]string, m *dto.Metric) { s.Outstanding = hist(m) })
+	each("fspair_disk_image_allocated_bytes", func(_ map[string]string, m *dto.Metric) { s.ImageAllocated = m.GetGauge().GetValue() })
+	each("fspair_disk_image_apparent_bytes", func(_ map[string]string, m *dto.Metric) { s.ImageApparent = m.GetGauge().GetValue() })
 	return s, nil
 }
 
@@ -128,6 +136,15 @@ const (
 	// the workload wrote, over a whole phase. It needs the workload's own
 	// count, so Compute cannot give it; Phase.Window adds it.
 	FeatGuestWriteAmplification = "guest_write_amplification"
+	// FeatImageGrowthShare is the image file's growth in allocated space
+	// on the host file system over the bytes written to it: near 1 while
+	// the guest writes where it never wrote (a file layout on a fresh
+	// image, a first fill), near 0 while it rewrites space it had. A
+	// recorded measurement, not a classifier input (not in FeatureNames):
+	// an image filled long ago shows no growth whatever runs on it.
+	// Absent without the image's space in both snapshots or without
+	// writes.
+	FeatImageGrowthShare = "image_growth_share"
 )
 
 // FeatureNames lists the features in table order.
@@ -210,6 +227,9 @@ func Compute(a, b Snapshot) Features {
 	mean(FeatDeviceReadLatency, a.Stage["device/read"], b.Stage["device/read"])
 	mean(FeatDeviceWriteLatency, a.Stage["device/write"], b.Stage["device/write"])
 	mean(FeatMeanOutstanding, a.Outstanding, b.Outstanding)
+	if a.ImageAllocated > 0 && b.ImageAllocated > 0 {
+		set(FeatImageGrowthShare, b.ImageAllocated-a.ImageAllocated, wb)
+	}
 	if len(a.GuestRequests) > 0 && len(b.GuestRequests) > 0 {
 		greq := func(s Snapshot) map[string]float64 { return s.GuestRequests }
 		gbyt := func(s Snapshot) map[string]float64 { return s.GuestBytes }

@@ -50,6 +50,13 @@ func exposition(file string, c map[string]float64) string {
 	}
 	hist("fspair_disk_request_duration_seconds", `,op="read"`, c["req_read"], c["lat_read"])
 	hist("fspair_disk_outstanding_requests", "", c["req_read"]+c["req_write"], c["outstanding"])
+	// The image's space, only when the test gives it (runs recorded
+	// before it was kept have none).
+	for _, g := range []string{"allocated", "apparent"} {
+		if v, ok := c["image_"+g]; ok {
+			fmt.Fprintf(&b, "# TYPE fspair_disk_image_%s_bytes gauge\nfspair_disk_image_%s_bytes{%s} %g\n", g, g, k, v)
+		}
+	}
 	return b.String()
 }
 
@@ -313,5 +320,37 @@ func TestComputeGuest(t *testing.T) {
 		if v, ok := Compute(a, b)[n]; ok {
 			t.Errorf("without a guest side %s = %v, want absent", n, v)
 		}
+	}
+}
+
+// TestImageGrowthShare: the image's growth in allocated space over the
+// bytes written, read from the scrapes' gauges; absent where either
+// snapshot lacks the gauge (a run recorded before it was kept) or nothing
+// was written.
+func TestImageGrowthShare(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := snapshot(t, "/img/a.qcow2", t0, map[string]float64{"req_write": 10, "bytes_write": 1 << 20,
+		"image_allocated": 64 << 20, "image_apparent": 65 << 20})
+	if a.ImageAllocated != 64<<20 || a.ImageApparent != 65<<20 {
+		t.Fatalf("image space read as %v / %v, want %v / %v", a.ImageAllocated, a.ImageApparent, 64<<20, 65<<20)
+	}
+	// 8 MiB written, of which 6 MiB landed where the image had no space.
+	b := snapshot(t, "/img/a.qcow2", t0.Add(10*time.Second), map[string]float64{"req_write": 20, "bytes_write": 9 << 20,
+		"image_allocated": 70 << 20, "image_apparent": 71 << 20})
+	if got := Compute(a, b)[FeatImageGrowthShare]; math.Abs(got-0.75) > 1e-12 {
+		t.Errorf("growth share %v, want 0.75", got)
+	}
+	// Rewrites of space the image has: no growth.
+	c := snapshot(t, "/img/a.qcow2", t0.Add(20*time.Second), map[string]float64{"req_write": 30, "bytes_write": 17 << 20,
+		"image_allocated": 70 << 20, "image_apparent": 71 << 20})
+	if got, ok := Compute(b, c)[FeatImageGrowthShare]; !ok || got != 0 {
+		t.Errorf("growth share on rewrites %v (present %v), want 0", got, ok)
+	}
+	old := snapshot(t, "/img/a.qcow2", t0, map[string]float64{"req_write": 10, "bytes_write": 1 << 20})
+	if v, ok := Compute(old, b)[FeatImageGrowthShare]; ok {
+		t.Errorf("growth share %v without the image's space in the first snapshot, want absent", v)
+	}
+	if v, ok := Compute(c, c)[FeatImageGrowthShare]; ok {
+		t.Errorf("growth share %v without writes, want absent", v)
 	}
 }

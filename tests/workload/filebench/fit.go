@@ -18,6 +18,28 @@ import (
 // included).
 const SettleSeconds = 180
 
+// LayoutBound is the longest layout a run may take for the windows the
+// targets count (those ending SettleSeconds or more after Filebench's
+// start, each window seconds wide) to hold none of it: past it, those
+// windows class the file set being created, not the workload.
+func LayoutBound(window time.Duration) float64 {
+	return SettleSeconds - window.Seconds()
+}
+
+// LongLayoutRuns are the runs of res that did not fail whose layout
+// outlasted LayoutBound and that were not made again for it already (a
+// run is made again once, whatever its second layout takes), in res's
+// order.
+func LongLayoutRuns(res *Results, window time.Duration) []Spec {
+	var out []Spec
+	for _, r := range res.Runs {
+		if r.Error == "" && r.LayoutSeconds > LayoutBound(window) && r.Remade == "" {
+			out = append(out, r.Spec)
+		}
+	}
+	return out
+}
+
 // fitInputs are the observations the classifier is fitted and held out
 // on: every Filebench window of res but the held-out variants', and the
 // fio models' windows of fio; and the variants' windows apart.

@@ -79,6 +79,10 @@ type Options struct {
 	FitBase       string
 	Again         bool
 	Check         bool
+	// LongLayout (-runs long-layout): make again, once, the stored runs
+	// whose layout outlasted the start of the first window the targets
+	// count (LongLayout).
+	LongLayout bool
 }
 
 // files returns p's $nfiles: -files's, or the personality's.
@@ -103,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	o := &Options{}
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries), \"heldout\" (HeldOutSeries: parameter variants no number is fitted on) or \"heldout2\" (HeldOutSeries2: more, recorded after the fit's design was settled)")
+	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries), \"heldout\" (HeldOutSeries: parameter variants no number is fitted on) or \"heldout2\" (HeldOutSeries2: more, recorded after the fit's design was settled) or \"long-layout\" (the runs in -out whose layout outlasted the start of the first window the targets count, made again, once: their counted windows held the layout, not the workload)")
 	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")
@@ -143,9 +147,13 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 		*runs = HeldOutSeries
 	case "heldout2":
 		*runs = HeldOutSeries2
+	case "long-layout":
+		o.LongLayout, o.Again = true, true
 	}
-	if o.Specs, err = ParseSpecs(*runs); err != nil {
-		return nil, err
+	if !o.LongLayout {
+		if o.Specs, err = ParseSpecs(*runs); err != nil {
+			return nil, err
+		}
 	}
 	o.Files = map[string]int{}
 	for _, kv := range strings.Split(*files, ",") {
@@ -230,6 +238,13 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		return err
 	}
 	command := "go run ./tests/workload/filebench " + strings.Join(args, " ")
+	if o.LongLayout && !o.Fit && !o.Lab && !o.ReportOnly {
+		o.Specs = LongLayoutRuns(res, o.Window)
+		if len(o.Specs) == 0 {
+			fmt.Fprintf(stdout, "filebench: no run in %s has a layout that outlasted %.0f s\n", o.Out, LayoutBound(o.Window))
+			return nil
+		}
+	}
 	if o.Fit {
 		base, err := LoadClassifier(o.FitBase)
 		if err != nil {
@@ -298,7 +313,14 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			return err
 		}
 		r.logf("run %d of %d: %s", i+1, len(o.Specs), s)
+		remade := ""
+		if o.LongLayout {
+			old := res.Runs[indexOf(res, s)]
+			remade = fmt.Sprintf("made again: the run started %s laid out its files in %.0f s, past %.0f s (the windows the targets count held its layout)",
+				old.Started.Format(time.RFC3339), old.LayoutSeconds, LayoutBound(o.Window))
+		}
 		one, err := r.one(ctx, s, text)
+		one.Remade = remade
 		if ctx.Err() != nil {
 			// A run cut short by an interrupt is made again next time.
 			stopped = "interrupted"
@@ -310,6 +332,11 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			r.logf("%s failed: %v", s, err)
 		} else {
 			made = append(made, s.String())
+		}
+		if err != nil && res.Done(s) {
+			// -again: a run that failed does not replace the one stored.
+			r.logf("%s: the run stored in %s is kept", s, o.Out)
+			continue
 		}
 		res.Put(one)
 		res.Command = command
@@ -324,6 +351,10 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 			done := res.Runs[indexOf(res, s)]
 			r.logf("%s: %.0f s in all (layout %.0f s), working set %.0f MiB = %.2fx the guest's memory, %s; classes in the run phase: %s",
 				s, done.WallSeconds, done.LayoutSeconds, done.WorkingSetBytes/(1<<20), done.WorkingSetRatio(), done.Summary, Tally(done.Windows, "run"))
+			if done.LayoutSeconds > LayoutBound(o.Window) {
+				r.logf("%s: its layout outlasted %.0f s: the windows the targets count from %d s on hold it (-runs long-layout makes such runs again, once)",
+					s, LayoutBound(o.Window), SettleSeconds)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "filebench: %d runs made (%s), %d failed; results in %s, report in %s\n",

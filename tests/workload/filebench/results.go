@@ -59,6 +59,9 @@ type Run struct {
 	// file set), RunSeconds its run phase, both by Filebench's own clock.
 	LayoutSeconds float64 `json:"layout_seconds"`
 	RunSeconds    float64 `json:"run_seconds"`
+	// Remade says why the run was made again and what the run it replaced
+	// took (-runs long-layout); empty for a run made once.
+	Remade string `json:"remade,omitempty"`
 	// WorkingSetBytes is what the file set takes on the guest file
 	// system after the run (du), GuestMemBytes the guest's MemTotal,
 	// GuestAvailableBytes its MemAvailable before Filebench started and

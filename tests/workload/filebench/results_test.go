@@ -255,3 +255,39 @@ func TestFittedModelCurrent(t *testing.T) {
 		t.Errorf("rules/classes.yaml does not load: %v", err)
 	}
 }
+
+// TestLongLayoutRuns: the runs whose layout outlasted the start of the
+// first counted window (180 s less a 1-minute window: 120 s) are made
+// again, once; a failed run and one already made again are not.
+func TestLongLayoutRuns(t *testing.T) {
+	if b := LayoutBound(time.Minute); b != 120 {
+		t.Fatalf("layout bound %v s for 1-minute windows, want 120", b)
+	}
+	spec := func(s string) Spec {
+		t.Helper()
+		sp, err := ParseSpec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sp
+	}
+	res := &Results{Runs: []Run{
+		{Spec: spec("webserver@ext4/ext4/qcow2/none/native"), LayoutSeconds: 218},
+		{Spec: spec("varmail@xfs/xfs/raw/writeback/threads"), LayoutSeconds: 120},
+		{Spec: spec("varmail@ext4/ext4/qcow2/none/native"), LayoutSeconds: 194, Error: "boot failed"},
+		{Spec: spec("randomfileaccess@xfs/ext4/raw/none/io_uring"), LayoutSeconds: 131, Remade: "made again"},
+		{Spec: spec("randomfileaccess@btrfs/xfs/qcow2/none/io_uring"), LayoutSeconds: 121},
+	}}
+	got := LongLayoutRuns(res, time.Minute)
+	want := []Spec{spec("webserver@ext4/ext4/qcow2/none/native"), spec("randomfileaccess@btrfs/xfs/qcow2/none/io_uring")}
+	if !slices.Equal(got, want) {
+		t.Errorf("long-layout runs %v, want %v", got, want)
+	}
+	o, err := parseFlags([]string{"-runs", "long-layout"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.LongLayout || !o.Again || len(o.Specs) != 0 {
+		t.Errorf("-runs long-layout: LongLayout %v, Again %v, specs %v; want true, true and none until the results are read", o.LongLayout, o.Again, o.Specs)
+	}
+}
