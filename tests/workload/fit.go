@@ -227,6 +227,11 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 		return nil, err
 	}
 	for i, c := range r.m.Classes {
+		if !programs[Workload(c.Name)] && hasFio(obs, Workload(c.Name)) {
+			r.m.Classes[i].Source += "; none of its programs' windows past their first minutes and layout is active at the host" +
+				" (what they did stayed in the guest's page cache: idle is right for those), so its fio model's windows alone train it"
+			continue
+		}
 		if len(apart[Workload(c.Name)]) == 0 {
 			continue
 		}
