@@ -139,7 +139,8 @@ const (
 	// FeatImageGrowthShare is the image file's growth in allocated space
 	// on the host file system over the bytes written to it: near 1 while
 	// the guest writes where it never wrote (a file layout on a fresh
-	// image, a first fill), near 0 while it rewrites space it had. A
+	// image, a first fill), near 0 while it rewrites space it had,
+	// below 0 where discards freed more than the writes took. A
 	// recorded measurement, not a classifier input (not in FeatureNames):
 	// an image filled long ago shows no growth whatever runs on it.
 	// Absent without the image's space in both snapshots or without

@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	o := &Options{}
 	fs := flag.NewFlagSet("filebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries), \"heldout\" (HeldOutSeries: parameter variants no number is fitted on) or \"heldout2\" (HeldOutSeries2: more, recorded after the fit's design was settled) or \"long-layout\" (the runs in -out whose layout outlasted the start of the first window the targets count, made again, once: their counted windows held the layout, not the workload)")
+	runs := fs.String("runs", DefaultSeries, "runs to make, in order, PERSONALITY[+VAR=VALUE...]@GUEST/HOST/FORMAT/CACHE/AIO, comma-separated; \"default\" (DefaultSeries), \"heldout\" (HeldOutSeries: parameter variants no number is fitted on), \"heldout2\" (HeldOutSeries2: more, recorded after the fit's design was settled) or \"long-layout\" (the runs in -out whose layout outlasted the start of the first window the targets count, made again, once: their counted windows held the layout, not the workload)")
 	fs.DurationVar(&o.Runtime, "runtime", 3*time.Minute, "Filebench's run phase per run (its layout comes first; the stored series ran 3m)")
 	fs.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	fs.DurationVar(&o.Window, "window", time.Minute, "width of the classified windows (the rules' short window)")

@@ -64,8 +64,12 @@ func Render(res *Results, command string, idleTop float64) string {
 		if r.RunAvailableBytes > 0 {
 			avail = fmt.Sprintf(" (%.0f MiB available in the run)", r.RunAvailableBytes/(1<<20))
 		}
+		name := r.Spec.String()
+		if r.Remade != "" {
+			name += " (" + r.Remade + ")"
+		}
 		fmt.Fprintf(&b, "| %s | %d | %.0f MiB / %.0f MiB = %.2f%s | %.0f s | %.0f s | %s | %s | %s | %d/%d |\n",
-			r.Spec, r.Files, r.WorkingSetBytes/(1<<20), r.GuestMemBytes/(1<<20), r.WorkingSetRatio(), avail,
+			cell(name), r.Files, r.WorkingSetBytes/(1<<20), r.GuestMemBytes/(1<<20), r.WorkingSetRatio(), avail,
 			r.LayoutSeconds, r.RunSeconds, cell(strings.TrimPrefix(r.Summary, "IO Summary: ")),
 			Tally(r.Windows, "layout"), Tally(r.Windows, "run"), right, n)
 	}
