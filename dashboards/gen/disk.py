@@ -549,8 +549,9 @@ def _workload() -> list[PanelBuilder]:
             "Distance from each class",
             "How far the disk's features over 5m lie from each class's nearest centre in rules/classes.yaml (fitted on lab "
             "runs, per guest file system), in units of the spread of the lab's windows around their class "
-            "(domain_disk:fspair_workload_distance:scaled): the confidence falls as the nearest class lies 2 units away or "
-            "more and is 0 from 6; from 8.45 units (rules/classes.yaml far) the disk counts as far from every class. The features are on "
+            "(domain_disk:fspair_workload_distance:scaled): the confidence falls as the nearest class lies farther than the "
+            "start of the near ramp (rules/classes.yaml confidence: near) and is 0 from its end; past the far ramp "
+            "(rules/classes.yaml far) the disk counts as far from every class. The features are on "
             "domain_disk:fspair_workload_feature:value.",
             "none",
             [Query(disk_rule("domain_disk:fspair_workload_distance:scaled"), "{{class}}")],
