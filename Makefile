@@ -91,6 +91,7 @@ promstack:
 unit-test:
 	@echo "== unit and BPF tests"
 	$(GO) test -count=1 -p 3 -timeout 20m ./dashboards/... ./exporter/... ./bpf/... ./rules/... ./report/... ./tests/demo/
+	$(GO) test -count=1 -tags querywalk -run '^(TestConfigCounterReason|TestEmptyReason.*)$$' ./tests/k6/
 
 lab-test:
 	@echo "== lab tests (real QEMU guests; see tests/lab)"

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 var (
@@ -24,6 +26,7 @@ var (
 	walkRange      = flag.Duration("range", 5*time.Minute, "time range the dashboards are opened on (range queries span it; $__range)")
 	walkScrape     = flag.Duration("scrape", 15*time.Second, "the data source's scrape interval (Grafana's timeInterval), for $__interval and $__rate_interval")
 	walkWait       = flag.Duration("wait", 0, "keep asking again, every scrape interval, while queries are empty and no query failed, for up to this long (a Prometheus that just started: the long-window rule groups evaluate every 3m as committed, every 30s in make demo-smoke)")
+	walkRulesConf  = flag.String("rules.classes", "../../rules/classes.yaml", "the rules' thresholds (efficiency.min_stage_requests_per_second: the fewest requests a second of an operation over the hour a stage's mean latency is kept for)")
 	walkClasses    = flag.String("classes", "", "comma-separated live workload classes that must be there at the end: CLASS (some disk has it) or DOMAIN=CLASS (that domain's disks have it; make demo: demo-web=web,demo-mail=mail); with -wait, waited for")
 	walkVars       = varFlags{}
 )
@@ -63,7 +66,13 @@ type walkFacts struct {
 	// histogram labels (ok, or why a disk has no guest histogram), joined
 	// by commas.
 	domainGuestHistogram map[string]string
-	selections           []string // per dashboard: its variables' values
+	// classOpRate is, per paired class and operation, the most requests a
+	// second over 1h a paired disk of the class made, counting the fewer
+	// of its image-file and device requests (the host-FS overhead divides
+	// the mean latency of one stage by the other's).
+	classOpRate  map[string]map[string]float64
+	minStageRate float64  // efficiency.min_stage_requests_per_second
+	selections   []string // per dashboard: its variables' values
 }
 
 func (f walkFacts) classList() string {
@@ -88,6 +97,10 @@ type emptyReason struct {
 var (
 	fleetSeries = regexp.MustCompile(`\b(class_pair|class|domain_disk):fspair_`)
 	domainMatch = regexp.MustCompile(`\bdomain="([^"]*)"`)
+	opMatch     = regexp.MustCompile(`\bop="([^"]*)"`)
+	// Per-operation stage means over 1h and what is made of them: kept
+	// only over efficiency.min_stage_requests_per_second requests.
+	stageMean = regexp.MustCompile(`fspair_hostfs_latency_overhead|fspair_disk_stage_seconds:mean1h`)
 	// The guest latency histogram's series, not the counter of its total
 	// time (fspair_disk_guest_request_duration_seconds_total).
 	guestHistogram = regexp.MustCompile(`\bfspair_disk_guest_request_duration_seconds(_bucket|_sum|_count)?([^_a-zA-Z0-9]|$)`)
@@ -197,6 +210,32 @@ var expectedEmpty = []emptyReason{
 		},
 	},
 	{
+		summary: "host-FS latency overheads (image-file per device mean latency over 1h) of an operation in a copy " +
+			"for a class (fleet: class, knowledge base: workload) whose paired disks all made fewer requests of it over " +
+			"the hour than efficiency.min_stage_requests_per_second (rules/classes.yaml), the fewer of image-file and " +
+			"device requests: the rules keep no stage mean so thin; the demo's web job appends to a log it never " +
+			"syncs, which reaches the disk in a few write-backs, well under one write a second",
+		why: func(q Query, f walkFacts) string {
+			name, class, ok := strings.Cut(q.Repeat, "=")
+			if !ok || (name != "class" && name != "workload") || !f.pairedClasses[class] || !stageMean.MatchString(q.Template) {
+				return "" // unpaired classes have their own reason
+			}
+			ops := f.classOpRate[class]
+			if m := opMatch.FindStringSubmatch(q.Expr); m != nil {
+				if r := ops[m[1]]; r < f.minStageRate {
+					return fmt.Sprintf("class %s's paired disks made at most %.2f %s requests a second over 1h, under %g", class, r, m[1], f.minStageRate)
+				}
+				return ""
+			}
+			for _, r := range ops {
+				if r >= f.minStageRate {
+					return ""
+				}
+			}
+			return fmt.Sprintf("class %s's paired disks made under %g requests a second of every operation over 1h", class, f.minStageRate)
+		},
+	},
+	{
 		summary: "the fleet's knowledge-base verdicts in the copy for class mixed: the knowledge base has verdicts " +
 			"for web, mail, fileserver and rfa; mixed (the class of a disk no workload fits) has none (rules/kdb/pairs.yaml)",
 		why: func(q Query, _ walkFacts) string {
@@ -243,6 +282,10 @@ func TestQueryWalk(t *testing.T) {
 	fmt.Printf("walk: %d dashboards against %s, range %s, step %s, rate interval %s\n", len(ds), *walkProm,
 		*walkRange, Window{Range: *walkRange, Scrape: *walkScrape}.Step(), Window{Range: *walkRange, Scrape: *walkScrape}.RateInterval())
 
+	minRate, err := minStageRate(*walkRulesConf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitRuleGroups(ctx, t, deadline)
 
 	var (
@@ -259,7 +302,7 @@ func TestQueryWalk(t *testing.T) {
 		}
 	}
 	for round := 1; ; round++ {
-		results, missing, hidden, facts = walkOnce(ctx, t)
+		results, missing, hidden, facts = walkOnce(ctx, t, minRate)
 		var empty, failed []walkResult
 		for _, r := range results {
 			switch r.status {
@@ -372,8 +415,31 @@ func longGroups(groups []RuleGroup) string {
 	return strings.Join(out, ", ")
 }
 
+// minStageRate reads efficiency.min_stage_requests_per_second from the
+// rules' thresholds file.
+func minStageRate(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var conf struct {
+		Efficiency struct {
+			MinStage *struct {
+				Value float64 `yaml:"value"`
+			} `yaml:"min_stage_requests_per_second"`
+		} `yaml:"efficiency"`
+	}
+	if err := yaml.Unmarshal(b, &conf); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	if conf.Efficiency.MinStage == nil {
+		return 0, fmt.Errorf("%s: no efficiency.min_stage_requests_per_second", path)
+	}
+	return conf.Efficiency.MinStage.Value, nil
+}
+
 // walkOnce opens every dashboard and runs all its queries once.
-func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing []string, hidden int, facts walkFacts) {
+func walkOnce(ctx context.Context, t *testing.T, minRate float64) (results []walkResult, missing []string, hidden int, facts walkFacts) {
 	t.Helper()
 	ds, err := ReadDashboards(*walkDashboards)
 	if err != nil {
@@ -382,7 +448,7 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 	w := Window{End: time.Now(), Range: *walkRange, Scrape: *walkScrape}
 	// The classes the disks have now: a copy for a class one disk had a
 	// while ago may miss the fleet group's evaluations of it.
-	facts = walkFacts{liveClasses: map[string]bool{}, pairedClasses: map[string]bool{}, domainClass: map[string]string{},
+	facts = walkFacts{minStageRate: minRate, liveClasses: map[string]bool{}, pairedClasses: map[string]bool{}, domainClass: map[string]string{},
 		domainInfo: map[string]map[string]string{}, domainGuestHistogram: map[string]string{}}
 	paired, err := instantQuery(ctx, *walkProm, `group by (class) (domain_disk:fspair_class_pair:info)`, w.End)
 	if err != nil {
@@ -424,6 +490,29 @@ func walkOnce(ctx context.Context, t *testing.T) (results []walkResult, missing 
 			}
 			facts.domainInfo[d][c.label] += s.Metric[c.label]
 		}
+	}
+	facts.classOpRate = map[string]map[string]float64{}
+	rates, err := instantQuery(ctx, *walkProm, `max by (class, op) (
+    min without (stage) (domain_disk:fspair_disk_stage_seconds_count:rate1h)
+  * on (instance, domain, uuid, target_device, source_file) group_left (class)
+    domain_disk:fspair_class_pair:info
+)`, w.End)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rates.Data.Result {
+		c := s.Metric["class"]
+		if facts.classOpRate[c] == nil {
+			facts.classOpRate[c] = map[string]float64{}
+		}
+		var v float64
+		if len(s.Value) != 2 {
+			t.Fatalf("stage request rates: a sample without a value: %v", s)
+		}
+		if _, err := fmt.Sscan(fmt.Sprint(s.Value[1]), &v); err != nil {
+			t.Fatalf("stage request rates: %v", err)
+		}
+		facts.classOpRate[c][s.Metric["op"]] = v
 	}
 	guest, err := instantQuery(ctx, *walkProm, `group by (domain, histogram) (fspair_disk_guest_info)`, w.End)
 	if err != nil {
@@ -658,6 +747,51 @@ func TestEmptyReasonUnpairedClass(t *testing.T) {
 		if got := reason.why(q, f) != ""; got != c.empty {
 			t.Errorf("class %s: allowed empty %v, want %v (%q)", c.class, got, c.empty, reason.why(q, f))
 		}
+	}
+}
+
+// TestEmptyReasonThinOperation: a paired class's host-FS overhead of an
+// operation is allowed empty only while no paired disk of the class made
+// enough requests of it; never for an unpaired class (its own reason
+// covers it) nor for other families.
+func TestEmptyReasonThinOperation(t *testing.T) {
+	reason := expectedReason(t, "host-FS latency overheads (image-file per device mean latency")
+	rate, err := minStageRate(*walkRulesConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := walkFacts{pairedClasses: map[string]bool{"web": true, "mail": true}, minStageRate: rate,
+		classOpRate: map[string]map[string]float64{
+			"web":  {"read": 3 * rate, "write": rate / 5},
+			"mail": {"read": 2 * rate, "write": rate, "flush": rate / 2},
+		}}
+	overhead := `class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{class=~"$class", op="%s"}`
+	for _, c := range []struct {
+		tmpl, repeat string
+		empty        bool
+	}{
+		{fmt.Sprintf(overhead, "write"), "class=web", true},
+		{fmt.Sprintf(overhead, "read"), "class=web", false},
+		{fmt.Sprintf(overhead, "write"), "class=mail", false}, // at the threshold: kept
+		{fmt.Sprintf(overhead, "flush"), "class=mail", true},
+		{fmt.Sprintf(overhead, "write"), "workload=web", true},
+		{fmt.Sprintf(overhead, "write"), "class=rfa", false}, // not paired
+		{fmt.Sprintf(overhead, "write"), "", false},          // no class copy
+		{`class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{class=~"$class"}`, "class=web", false},
+		{`domain_disk:fspair_disk_stage_seconds:mean1h{op="write"} * on (domain) group_left (class) domain_disk:fspair_class_pair:info{class=~"$class"}`, "class=web", true},
+		{`class_pair:fspair_write_amplification:median_ratio_rate1h{class=~"$class", op="write"}`, "class=web", false},
+	} {
+		q := Query{Expr: c.tmpl, Template: c.tmpl, Repeat: c.repeat}
+		if got := reason.why(q, f) != ""; got != c.empty {
+			t.Errorf("%s (%s): allowed empty %v, want %v (%q)", c.tmpl, c.repeat, got, c.empty, reason.why(q, f))
+		}
+	}
+	none := walkFacts{pairedClasses: map[string]bool{"web": true}, minStageRate: rate,
+		classOpRate: map[string]map[string]float64{"web": {"read": rate / 2}}}
+	all := Query{Expr: `class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{class=~"web"}`, Repeat: "class=web"}
+	all.Template = all.Expr
+	if reason.why(all, none) == "" {
+		t.Errorf("a class below the rate for every operation: not allowed empty")
 	}
 }
 
