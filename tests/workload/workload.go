@@ -180,8 +180,29 @@ func MakeDisk(ctx context.Context, h *lab.HostFS, p Pair, id string, sizeMiB int
 // Mount mounts the guest file system on /dev/<guestDev> at MountPoint,
 // with the file system's default options (relatime), as the studies ran.
 func Mount(ctx context.Context, vm *lab.VM, guestDev, guestFS string) error {
-	if _, err := vm.RunOK(ctx, fmt.Sprintf("mkdir -p %s && mount -t %s /dev/%s %s", MountPoint, guestFS, guestDev, MountPoint)); err != nil {
-		return fmt.Errorf("mount %s on /dev/%s: %w", guestFS, guestDev, err)
+	return MountWith(ctx, vm, guestDev, guestFS, "")
+}
+
+// CheckMountOptions refuses mount options the guest's shell would not
+// pass to mount as one word.
+func CheckMountOptions(options string) error {
+	if strings.ContainsAny(options, " \t\n'\"\\;&|$`<>(){}*?[]#~") {
+		return fmt.Errorf("mount options %q: want a comma-separated list (mount -o) without blanks or shell characters", options)
+	}
+	return nil
+}
+
+// MountWith is Mount with mount options (mount -o; "" for the defaults).
+func MountWith(ctx context.Context, vm *lab.VM, guestDev, guestFS, options string) error {
+	if err := CheckMountOptions(options); err != nil {
+		return err
+	}
+	opt := ""
+	if options != "" {
+		opt = " -o " + options
+	}
+	if _, err := vm.RunOK(ctx, fmt.Sprintf("mkdir -p %s && mount -t %s%s /dev/%s %s", MountPoint, guestFS, opt, guestDev, MountPoint)); err != nil {
+		return fmt.Errorf("mount %s (options %q) on /dev/%s: %w", guestFS, options, guestDev, err)
 	}
 	return nil
 }

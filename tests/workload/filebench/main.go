@@ -65,6 +65,7 @@ type Options struct {
 	ImageMiB      int
 	HostFSMiB     int
 	MemSize       string
+	MountOptions  string         // -mount-options: the guest file system's, "" for its defaults
 	Files         map[string]int // -files: $nfiles by personality
 	Out           string
 	Report        string
@@ -98,7 +99,7 @@ func (o *Options) setup(fb *lab.FilebenchBuild) Setup {
 	return Setup{
 		Filebench:   fmt.Sprintf("%s from %s (sha256 %s)", fb.Version, lab.FilebenchTarballName, fb.TarballSHA256),
 		GuestMemMiB: o.MemMiB, GuestCPUs: o.CPUs, ImageMiB: o.ImageMiB,
-		RuntimeSeconds: o.Runtime.Seconds(), MemSize: o.MemSize, Interval: o.Interval.Seconds(),
+		RuntimeSeconds: o.Runtime.Seconds(), MemSize: o.MemSize, Interval: o.Interval.Seconds(), MountOptions: o.MountOptions,
 		Notes: "TCG guest, virtio-blk; Filebench's layout, then its run phase, in one recording from Filebench's start",
 	}
 }
@@ -118,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.CPUs, "cpus", 1, "guest vCPUs")
 	fs.IntVar(&o.ImageMiB, "image", 4096, "image size, MiB (fileserver's file set is about 1.25 GB)")
 	fs.IntVar(&o.HostFSMiB, "hostfs", 6144, "host file system size, MiB")
+	fs.StringVar(&o.MountOptions, "mount-options", "", "the guest file system's mount options (mount -o), for an experiment beside the series, e.g. noatime; \"\": the file system's defaults (relatime), as the studies ran. A results file holds runs of one setting: give it another -out")
 	fs.StringVar(&o.MemSize, "memsize", "1m", "every Filebench thread's memsize (shipped: 10m)")
 	files := fs.String("files", "", "$nfiles per personality, NAME=N comma-separated (default: Personalities')")
 	fs.StringVar(&o.Out, "out", "tests/workload/testdata/filebench.json", "results file, and the series' state")
@@ -167,6 +169,9 @@ func parseFlags(args []string, stderr io.Writer) (*Options, error) {
 			return nil, fmt.Errorf("-files %q: want NAME=N with NAME a personality and N > 0", kv)
 		}
 		o.Files[p.Name] = n
+	}
+	if err := workload.CheckMountOptions(o.MountOptions); err != nil {
+		return nil, fmt.Errorf("-mount-options: %w", err)
 	}
 	if o.Interval <= 0 || o.Step < o.Interval || o.Window < o.Step {
 		return nil, fmt.Errorf("-interval %s, -step %s, -window %s: want 0 < interval <= step <= window", o.Interval, o.Step, o.Window)

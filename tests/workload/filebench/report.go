@@ -28,6 +28,9 @@ func Render(res *Results, command string, idleTop float64) string {
 	fmt.Fprintf(&b, "Setup: Filebench %s; guest %d MiB, %d vCPU (TCG), %d MiB image; each run is Filebench's layout, then its run phase of %.0f s, "+
 		"every thread's memsize %s; the disk scraped every %.0f s from Filebench's start. ",
 		s.Filebench, s.GuestMemMiB, s.GuestCPUs, s.ImageMiB, s.RuntimeSeconds, s.MemSize, s.Interval)
+	if s.MountOptions != "" {
+		fmt.Fprintf(&b, "The guest file system mounted with `-o %s` (the series: its defaults, relatime). ", s.MountOptions)
+	}
 	if len(res.Runs) > 0 && len(res.Runs[0].Windows) > 0 {
 		ws := res.Runs[0].Windows
 		step := ws[0].End

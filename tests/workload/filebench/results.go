@@ -37,7 +37,10 @@ type Setup struct {
 	RuntimeSeconds float64 `json:"runtime_seconds"` // the run phase; the layout comes first
 	MemSize        string  `json:"memsize"`
 	Interval       float64 `json:"interval_seconds"` // scrape interval
-	Notes          string  `json:"notes,omitempty"`
+	// MountOptions are the guest file system's mount options (-o); empty:
+	// its defaults (relatime), as the studies ran.
+	MountOptions string `json:"mount_options,omitempty"`
+	Notes        string `json:"notes,omitempty"`
 }
 
 // ErrSetupChanged is returned by Results.Adopt when the file holds runs

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fspair/fspair/tests/lab"
 	"github.com/fspair/fspair/tests/workload"
 )
 
@@ -227,7 +228,15 @@ func TestFlags(t *testing.T) {
 	if o.files(Personalities[1]) != 1000 || o.files(Personalities[3]) != 200 || o.files(Personalities[0]) != 40000 {
 		t.Errorf("-files: %v", o.Files)
 	}
-	for _, bad := range [][]string{{"-files", "oltp=3"}, {"-step", "2m"}, {"-image", "512"}, {"stray"}} {
+	o, err = parseFlags([]string{"-mount-options", "noatime,nodiratime"}, &sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.setup(&lab.FilebenchBuild{}); s.MountOptions != "noatime,nodiratime" {
+		t.Errorf("-mount-options: the setup has %q", s.MountOptions)
+	}
+	for _, bad := range [][]string{{"-files", "oltp=3"}, {"-step", "2m"}, {"-image", "512"}, {"stray"},
+		{"-mount-options", "noatime; reboot"}, {"-mount-options", "noatime ro"}, {"-mount-options", "$(id)"}} {
 		if _, err := parseFlags(bad, &sb); err == nil {
 			t.Errorf("flags %q: no error", bad)
 		}

@@ -78,7 +78,7 @@ func (r *runner) one(ctx context.Context, s Spec, text string) (run Run, err err
 	if err != nil {
 		return run, err
 	}
-	if err := workload.Mount(ctx, vm, dev, s.Guest); err != nil {
+	if err := workload.MountWith(ctx, vm, dev, s.Guest, r.o.MountOptions); err != nil {
 		return run, err
 	}
 	// The image's space read every 5 s rather than every minute: the
