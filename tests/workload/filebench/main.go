@@ -265,7 +265,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		if err := writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1]); err != nil || !o.Check {
+		if err := writeReport(o.Report, o.Out, res, command, cls.Model.Idle.Bounds()[1]); err != nil || !o.Check {
 			return err
 		}
 		return printChecks(stdout, checkRuns(cls, res, o.Specs, o))
@@ -349,7 +349,7 @@ func series(ctx context.Context, o *Options, args []string, stdout, stderr io.Wr
 		if err := res.Save(o.Out); err != nil {
 			return err
 		}
-		if err := writeReport(o.Report, res, command, cls.Model.Idle.Bounds()[1]); err != nil {
+		if err := writeReport(o.Report, o.Out, res, command, cls.Model.Idle.Bounds()[1]); err != nil {
 			return err
 		}
 		if err == nil {
