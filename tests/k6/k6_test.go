@@ -332,9 +332,7 @@ func instant(ctx context.Context, prom, query string, at time.Time) (float64, er
 	if len(r.Data.Result) != 1 {
 		return 0, fmt.Errorf("query %s: %d series, want 1", query, len(r.Data.Result))
 	}
-	var v float64
-	_, err = fmt.Sscan(r.Data.Result[0].Value[1].(string), &v)
-	return v, err
+	return sampleNumber(r.Data.Result[0].Value[1])
 }
 
 // buildK6 builds the pinned k6 with the repository's script and returns its path.

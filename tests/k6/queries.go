@@ -665,6 +665,23 @@ type apiSeries struct {
 	Value  []any             `json:"value"`
 }
 
+// number is an instant sample's value.
+func (s apiSeries) number() (float64, error) {
+	if len(s.Value) != 2 {
+		return 0, fmt.Errorf("sample %v: want [time, value]", s.Value)
+	}
+	return sampleNumber(s.Value[1])
+}
+
+// sampleNumber is a sample's value as the HTTP API writes it (a string).
+func sampleNumber(v any) (float64, error) {
+	str, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("sample value %v: not a string", v)
+	}
+	return strconv.ParseFloat(str, 64)
+}
+
 // text writes a series as Grafana's query_result variables see it.
 func (s apiSeries) text() string {
 	name := s.Metric["__name__"]

@@ -70,10 +70,13 @@ type walkFacts struct {
 	// second over 1h a paired disk of the class made, counting the fewer
 	// of its image-file and device requests (the host-FS overhead divides
 	// the mean latency of one stage by the other's).
-	classOpRate  map[string]map[string]float64
+	classOpRate  map[classOp]float64
 	minStageRate float64  // efficiency.min_stage_requests_per_second
 	selections   []string // per dashboard: its variables' values
 }
+
+// classOp is a workload class and an operation.
+type classOp struct{ class, op string }
 
 func (f walkFacts) classList() string {
 	var out []string
@@ -220,15 +223,14 @@ var expectedEmpty = []emptyReason{
 			if !ok || (name != "class" && name != "workload") || !f.pairedClasses[class] || !stageMean.MatchString(q.Template) {
 				return "" // unpaired classes have their own reason
 			}
-			ops := f.classOpRate[class]
 			if m := opMatch.FindStringSubmatch(q.Expr); m != nil {
-				if r := ops[m[1]]; r < f.minStageRate {
+				if r := f.classOpRate[classOp{class, m[1]}]; r < f.minStageRate {
 					return fmt.Sprintf("class %s's paired disks made at most %.2f %s requests a second over 1h, under %g", class, r, m[1], f.minStageRate)
 				}
 				return ""
 			}
-			for _, r := range ops {
-				if r >= f.minStageRate {
+			for k, r := range f.classOpRate {
+				if k.class == class && r >= f.minStageRate {
 					return ""
 				}
 			}
@@ -491,7 +493,7 @@ func walkOnce(ctx context.Context, t *testing.T, minRate float64) (results []wal
 			facts.domainInfo[d][c.label] += s.Metric[c.label]
 		}
 	}
-	facts.classOpRate = map[string]map[string]float64{}
+	facts.classOpRate = map[classOp]float64{}
 	rates, err := instantQuery(ctx, *walkProm, `max by (class, op) (
     min without (stage) (domain_disk:fspair_disk_stage_seconds_count:rate1h)
   * on (instance, domain, uuid, target_device, source_file) group_left (class)
@@ -501,18 +503,11 @@ func walkOnce(ctx context.Context, t *testing.T, minRate float64) (results []wal
 		t.Fatal(err)
 	}
 	for _, s := range rates.Data.Result {
-		c := s.Metric["class"]
-		if facts.classOpRate[c] == nil {
-			facts.classOpRate[c] = map[string]float64{}
-		}
-		var v float64
-		if len(s.Value) != 2 {
-			t.Fatalf("stage request rates: a sample without a value: %v", s)
-		}
-		if _, err := fmt.Sscan(fmt.Sprint(s.Value[1]), &v); err != nil {
+		v, err := s.number()
+		if err != nil {
 			t.Fatalf("stage request rates: %v", err)
 		}
-		facts.classOpRate[c][s.Metric["op"]] = v
+		facts.classOpRate[classOp{s.Metric["class"], s.Metric["op"]}] = v
 	}
 	guest, err := instantQuery(ctx, *walkProm, `group by (domain, histogram) (fspair_disk_guest_info)`, w.End)
 	if err != nil {
@@ -761,9 +756,9 @@ func TestEmptyReasonThinOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := walkFacts{pairedClasses: map[string]bool{"web": true, "mail": true}, minStageRate: rate,
-		classOpRate: map[string]map[string]float64{
-			"web":  {"read": 3 * rate, "write": rate / 5},
-			"mail": {"read": 2 * rate, "write": rate, "flush": rate / 2},
+		classOpRate: map[classOp]float64{
+			{"web", "read"}: 3 * rate, {"web", "write"}: rate / 5,
+			{"mail", "read"}: 2 * rate, {"mail", "write"}: rate, {"mail", "flush"}: rate / 2,
 		}}
 	overhead := `class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{class=~"$class", op="%s"}`
 	for _, c := range []struct {
@@ -787,7 +782,7 @@ func TestEmptyReasonThinOperation(t *testing.T) {
 		}
 	}
 	none := walkFacts{pairedClasses: map[string]bool{"web": true}, minStageRate: rate,
-		classOpRate: map[string]map[string]float64{"web": {"read": rate / 2}}}
+		classOpRate: map[classOp]float64{{"web", "read"}: rate / 2, {"mail", "read"}: 2 * rate}}
 	all := Query{Expr: `class_pair:fspair_hostfs_latency_overhead:median_ratio_rate1h{class=~"web"}`, Repeat: "class=web"}
 	all.Template = all.Expr
 	if reason.why(all, none) == "" {
