@@ -254,6 +254,50 @@ static __always_inline void mark_dev_tagged(s64 devslot)
 }
 
 /*
+ * The exporter's own reads of the images it follows (their format, guest
+ * file system and qcow2 tables, read again on every image refresh, and by
+ * discovery) are not the VM's: through O_DIRECT their bios name the image
+ * as the VMM's do, and through the page cache their pages are the image's.
+ * host_bio_queue notes each bio the exporter's process (excluded_tgid, set
+ * at load as in disk.h) queues on a followed device in self_bios, and
+ * host_bio_split its pieces; their completion counts them as the device's
+ * other I/O, never the image's. self_inflight counts the noted bios, so
+ * that a completion looks self_bios up only while one is on its way (a few
+ * bios a minute per image, none in between). A noted bio whose completion
+ * is never classified (past RQ_BIOS_CHARGED of one request) stays noted
+ * until a later bio at its address completes, which is then taken for the
+ * exporter's: one bio, once.
+ */
+volatile const u32 excluded_tgid = 0;
+s64 self_inflight = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64);
+	__type(value, u8);
+} self_bios SEC(".maps");
+
+/* Note a bio as the exporter's own (a full self_bios leaves it the image's). */
+static __always_inline void note_self_bio(u64 key)
+{
+	u8 one = 1;
+
+	if (bpf_map_update_elem(&self_bios, &key, &one, BPF_NOEXIST) == 0)
+		inc(&self_inflight, 1);
+}
+
+/* Whether a completing bio is the exporter's own; covered: it ends here, and is forgotten. */
+static __always_inline bool self_bio_done(u64 key, bool covered)
+{
+	if (self_inflight <= 0 || !bpf_map_lookup_elem(&self_bios, &key))
+		return false;
+	if (covered && bpf_map_delete_elem(&self_bios, &key) == 0)
+		inc(&self_inflight, -1);
+	return true;
+}
+
+/*
  * The programs below are tp_btf: their arguments are typed kernel pointers,
  * so fields are read with plain (fault-safe) loads, not probe-read calls.
  */
@@ -498,6 +542,11 @@ int host_bio_queue(u64 *ctx)
 	devslot = followed_dev_slot(bio->bi_bdev->bd_dev);
 	if (devslot < 0)
 		return 0;
+	/* The exporter's own read: no VM's (see self_bios). */
+	if (excluded_tgid && (u32)(bpf_get_current_pid_tgid() >> 32) == excluded_tgid) {
+		note_self_bio((u64)bio);
+		return 0;
+	}
 	/*
 	 * iomap's own direct I/O bios, the bulk of a cache=none disk's, leave
 	 * before the task storage: none of what follows applies to them. They
@@ -567,6 +616,10 @@ int host_bio_split(u64 *ctx)
 	devslot = followed_dev_slot(split->bi_bdev->bd_dev);
 	if (devslot < 0)
 		return 0;
+	if (self_inflight > 0 && bpf_map_lookup_elem(&self_bios, &parent)) {
+		note_self_bio(key);
+		return 0;
+	}
 	owner = bpf_map_lookup_elem(&bio_owner, &parent);
 	if (owner) {
 		mark_dev_tagged(devslot);
@@ -644,6 +697,8 @@ static __always_inline u32 classify_bio(struct bio *bio, u32 dev, u32 *owner, bo
 	u64 key = (u64)bio;
 	u32 kind, *dio;
 
+	if (self_bio_done(key, covered))
+		return KIND_OTHER;
 	/*
 	 * iomap's own direct I/O bios first, the bulk of a cache=none disk's:
 	 * their pages are the VMM's memory, never page cache nor metadata, and

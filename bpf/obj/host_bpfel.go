@@ -122,6 +122,7 @@ const (
 	HostMapImageTable        = "image_table"
 	HostMapIoTasks           = "io_tasks"
 	HostMapRqIssued          = "rq_issued"
+	HostMapSelfBios          = "self_bios"
 	HostProgHostBioQueue     = "host_bio_queue"
 	HostProgHostBioSplit     = "host_bio_split"
 	HostProgHostBtrfsCommit  = "host_btrfs_commit"
@@ -133,10 +134,12 @@ const (
 	HostProgHostXfsLogWrite  = "host_xfs_log_write"
 	HostVarBioChainEndIoFn   = "bio_chain_end_io_fn"
 	HostVarDevTagged         = "dev_tagged"
+	HostVarExcludedTgid      = "excluded_tgid"
 	HostVarFollowedDevCount  = "followed_dev_count"
 	HostVarFollowedDevs      = "followed_devs"
 	HostVarIomapDioEndIoFn   = "iomap_dio_end_io_fn"
 	HostVarRqIssueNoted      = "rq_issue_noted"
+	HostVarSelfInflight      = "self_inflight"
 	HostVarTrackedSbCount    = "tracked_sb_count"
 	HostVarTrackedSbs        = "tracked_sbs"
 )
@@ -209,6 +212,7 @@ type HostMapSpecs struct {
 	ImageTable       *ebpf.MapSpec `ebpf:"image_table"`
 	IoTasks          *ebpf.MapSpec `ebpf:"io_tasks"`
 	RqIssued         *ebpf.MapSpec `ebpf:"rq_issued"`
+	SelfBios         *ebpf.MapSpec `ebpf:"self_bios"`
 }
 
 // HostVariableSpecs contains global variables before they are loaded into the kernel.
@@ -217,10 +221,12 @@ type HostMapSpecs struct {
 type HostVariableSpecs struct {
 	BioChainEndIoFn  *ebpf.VariableSpec `ebpf:"bio_chain_end_io_fn"`
 	DevTagged        *ebpf.VariableSpec `ebpf:"dev_tagged"`
+	ExcludedTgid     *ebpf.VariableSpec `ebpf:"excluded_tgid"`
 	FollowedDevCount *ebpf.VariableSpec `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.VariableSpec `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.VariableSpec `ebpf:"iomap_dio_end_io_fn"`
 	RqIssueNoted     *ebpf.VariableSpec `ebpf:"rq_issue_noted"`
+	SelfInflight     *ebpf.VariableSpec `ebpf:"self_inflight"`
 	TrackedSbCount   *ebpf.VariableSpec `ebpf:"tracked_sb_count"`
 	TrackedSbs       *ebpf.VariableSpec `ebpf:"tracked_sbs"`
 }
@@ -256,6 +262,7 @@ type HostMaps struct {
 	ImageTable       *ebpf.Map `ebpf:"image_table"`
 	IoTasks          *ebpf.Map `ebpf:"io_tasks"`
 	RqIssued         *ebpf.Map `ebpf:"rq_issued"`
+	SelfBios         *ebpf.Map `ebpf:"self_bios"`
 }
 
 func (m *HostMaps) Close() error {
@@ -271,6 +278,7 @@ func (m *HostMaps) Close() error {
 		m.ImageTable,
 		m.IoTasks,
 		m.RqIssued,
+		m.SelfBios,
 	)
 }
 
@@ -280,10 +288,12 @@ func (m *HostMaps) Close() error {
 type HostVariables struct {
 	BioChainEndIoFn  *ebpf.Variable `ebpf:"bio_chain_end_io_fn"`
 	DevTagged        *ebpf.Variable `ebpf:"dev_tagged"`
+	ExcludedTgid     *ebpf.Variable `ebpf:"excluded_tgid"`
 	FollowedDevCount *ebpf.Variable `ebpf:"followed_dev_count"`
 	FollowedDevs     *ebpf.Variable `ebpf:"followed_devs"`
 	IomapDioEndIoFn  *ebpf.Variable `ebpf:"iomap_dio_end_io_fn"`
 	RqIssueNoted     *ebpf.Variable `ebpf:"rq_issue_noted"`
+	SelfInflight     *ebpf.Variable `ebpf:"self_inflight"`
 	TrackedSbCount   *ebpf.Variable `ebpf:"tracked_sb_count"`
 	TrackedSbs       *ebpf.Variable `ebpf:"tracked_sbs"`
 }

@@ -216,3 +216,91 @@ func followForAll(t testing.TB, p *Probes, f *os.File, size int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestOwnDeviceReadsNotCounted: the loading process's own reads of an
+// image (the exporter's identification and qcow2 tables), direct or through
+// the page cache, reach the device as its other reads, never the image's
+// (bpf/host.bpf.c self_bios); another process's direct reads of the same
+// image are the image's, each request and byte.
+func TestOwnDeviceReadsNotCounted(t *testing.T) {
+	for _, fs := range []string{"ext4", "xfs"} {
+		t.Run(fs, func(t *testing.T) {
+			loop, mnt := testFS(t, fs)
+			m := testModes(t)[0]
+			p, err := Load(Options{Mode: m})
+			if err != nil {
+				t.Fatalf("load probes in mode %s: %v", m, err)
+			}
+			t.Cleanup(func() { p.Close() })
+			img := filepath.Join(mnt, "disk.img")
+			f := trackFile(t, p, img, 3)
+			followForAll(t, p, f, 16<<20)
+			if _, err := f.WriteAt(make([]byte, 1<<20), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			// Out of the page cache: the buffered read below goes to the device.
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.TrackDevice(kernelDev(t, loop), 0); err != nil {
+				t.Fatal(err)
+			}
+			read := func() (image, imageBytes, other uint64) {
+				t.Helper()
+				ic, err := p.ImageDeviceCounters(3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dc, err := p.DeviceCounters(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ic.Requests[0], ic.Bytes[0], dc.Bytes[2][0]
+			}
+			sys0, _ := sysBlockStat(t, filepath.Base(loop))
+			req0, bytes0, other0 := read()
+
+			const chunk = 64 << 10
+			fd := openAs(t, img, "none")
+			buf := alignedBuf(t, chunk)
+			for i := range 4 {
+				if _, err := unix.Pread(fd, buf, int64(i)*chunk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.ReadAt(buf, 8*chunk); err != nil {
+				t.Fatal(err)
+			}
+			sys1, _ := sysBlockStat(t, filepath.Base(loop))
+			req1, bytes1, other1 := read()
+			t.Logf("own reads: device %d bytes read (/sys/block), the device's other reads +%d bytes, the image's +%d requests, +%d bytes",
+				sys1-sys0, other1-other0, req1-req0, bytes1-bytes0)
+			if sys1-sys0 < 5*chunk {
+				t.Fatalf("the device read %d bytes: the own reads (%d bytes) did not reach it", sys1-sys0, 5*chunk)
+			}
+			if req1 != req0 || bytes1 != bytes0 {
+				t.Errorf("the loading process's own reads counted as the image's: %d requests, %d bytes", req1-req0, bytes1-bytes0)
+			}
+			if other1-other0 < 5*chunk {
+				t.Errorf("the device's other reads grew by %d bytes, want at least the own reads' %d", other1-other0, 5*chunk)
+			}
+
+			self, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(self, "-test.run=^TestOwnIOChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), ownIOEnv+"="+img, ownIOCacheEnv+"=none")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("child: %v: %s", err, out)
+			}
+			req2, bytes2, _ := read()
+			if req2-req1 != ownIOCount || bytes2-bytes1 != ownIOCount*4096 {
+				t.Errorf("another process's %d direct reads of 4 KiB: the image's device reads +%d requests, +%d bytes", ownIOCount, req2-req1, bytes2-bytes1)
+			}
+		})
+	}
+}

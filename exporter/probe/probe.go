@@ -240,6 +240,15 @@ func Load(opts Options) (*Probes, error) {
 			return nil, fmt.Errorf("set bio_chain_end_io_fn: %w", err)
 		}
 	}
+	// The exporter's own reads of the images (identification, qcow2
+	// tables) are not the VMs' device I/O either (excluded_tgid, as the
+	// disk programs'; the host's tgid: the exporter shares the host's
+	// PID namespace, where it finds the VMMs).
+	if !opts.followSelf {
+		if err := hostSpecs.ExcludedTgid.Set(uint32(os.Getpid())); err != nil {
+			return nil, fmt.Errorf("set excluded_tgid: %w", err)
+		}
+	}
 	if opts.MaxDisks > 0 {
 		hostSpecs.ImageDeviceStats.MaxEntries = uint32(maxDisks)
 		hostSpecs.DiskByInode.MaxEntries = uint32(2 * maxDisks)
