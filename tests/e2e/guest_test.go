@@ -476,12 +476,7 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 			devK := map[string]string{"source_file": d.file, "op": op.name, "stage": "device"}
 			devN := s1.value(t, "fspair_disk_stage_seconds", devK) - s0.value(t, "fspair_disk_stage_seconds", devK)
 			fileN := delta("fspair_disk_requests_total", op.name)
-			timedN := 0.0
-			for i, s := range []scrape{s0, s1} {
-				for _, m := range s.series("fspair_disk_request_duration_seconds", map[string]string{"source_file": d.file, "op": op.name}) {
-					timedN += float64(2*i-1) * float64(m.GetHistogram().GetSampleCount())
-				}
-			}
+			timedN := delta("fspair_disk_request_duration_seconds", op.name) // the histogram's count
 			line += fmt.Sprintf("; host queue %.4fs, device %.4fs (%.0f device requests for %.0f image-file ones, %.0f of them timed)", queueT, devT, devN, fileN, timedN)
 			// Direct I/O: a request's device time sits inside its
 			// image-file request's. So does its queue time where each
@@ -552,12 +547,15 @@ func (g *pathVM) check(t *testing.T, ex *exporter, d pathDisk) {
 // its series.
 func windowCounts(s0, s1 scrape, name string, want map[string]string) string {
 	counts := map[float64]float64{}
-	for i, s := range []scrape{s0, s1} {
-		for _, m := range s.series(name, want) {
+	for _, w := range []struct {
+		s    scrape
+		sign float64
+	}{{s0, -1}, {s1, 1}} {
+		for _, m := range w.s.series(name, want) {
 			prev := 0.0
 			for _, b := range m.GetHistogram().GetBucket() {
 				c := float64(b.GetCumulativeCount())
-				counts[b.GetUpperBound()] += float64(2*i-1) * (c - prev)
+				counts[b.GetUpperBound()] += w.sign * (c - prev)
 				prev = c
 			}
 		}
@@ -574,6 +572,32 @@ func windowCounts(s0, s1 scrape, name string, want map[string]string) string {
 		parts = append(parts, fmt.Sprintf("%g=%.0f", b, counts[b]))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// TestWindowCounts: a window's requests by bucket, from two scrapes'
+// cumulative classic buckets, empty buckets left out; no earlier scrape
+// counts from zero.
+func TestWindowCounts(t *testing.T) {
+	h := func(cum ...uint64) scrape {
+		bounds := []float64{0.001, 0.004, math.Inf(1)}
+		var bs []*dto.Bucket
+		for i := range cum {
+			bs = append(bs, &dto.Bucket{UpperBound: &bounds[i], CumulativeCount: &cum[i]})
+		}
+		count := cum[len(cum)-1]
+		name, v := "op", "read"
+		return scrape{"d": &dto.MetricFamily{Metric: []*dto.Metric{{
+			Label:     []*dto.LabelPair{{Name: &name, Value: &v}},
+			Histogram: &dto.Histogram{SampleCount: &count, Bucket: bs},
+		}}}}
+	}
+	want := map[string]string{"op": "read"}
+	if got := windowCounts(h(2, 5, 5), h(2, 9, 10), "d", want); got != "[0.004=4 +Inf=1]" {
+		t.Errorf("window: %s", got)
+	}
+	if got := windowCounts(scrape{}, h(2, 5, 5), "d", want); got != "[0.001=2 0.004=3]" {
+		t.Errorf("no earlier scrape: %s", got)
+	}
 }
 
 // slowest is the upper bound of the bucket of histogram name{want} that
