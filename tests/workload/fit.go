@@ -93,6 +93,27 @@ type FitOptions struct {
 	// ownFio are the classes whose fio windows Fit gives a centre of
 	// their own.
 	ownFio map[Workload]bool
+	// EarlyCentres lets Fit give a class the windows of its programs'
+	// first minutes past their layout (ending before the settle, with none
+	// of the layout in them) as a centre of their own (Class.Others, named
+	// "early"), where they lie FioApart or more from its settled centre: a
+	// workload on a freshly laid out file set first touches every file
+	// (webserver's first reads dirty each file's access time, which a
+	// relatime guest writes back as small random writes), a shape it
+	// leaves once its files have all been touched. Without it those
+	// windows train nothing.
+	EarlyCentres bool
+	// ownEarly are the classes whose early windows Fit gives a centre of
+	// their own.
+	ownEarly map[Workload]bool
+	// FarPastNear starts the far ramp no nearer than where the fitted
+	// confidence's near ramp ends (the confidence is then calibrated
+	// without a far ramp): the far ramp's quantile is taken over the
+	// training pairs' windows, which all ran the personalities' shipped
+	// parameters, so a workload with other file or I/O sizes lies beyond
+	// it while still nearest its own class; the near ramp already gives
+	// such a disk a low confidence.
+	FarPastNear bool
 	// Window is the rules' short window in seconds with which
 	// LeaveOnePairOut applies the settle rules to the held-out windows'
 	// confidence (EvaluateSettling); 0: none.
@@ -116,7 +137,7 @@ type FitOptions struct {
 // after the first 3 minutes, centres 109, centres with Missing 114 (the
 // boxes with Missing: 103).
 var DefaultFit = FitOptions{Quantile: 0.5, Margin: 0, MinGuestRuns: 2, GuestShare: 0.5, GuestShift: 0.25, ScaleFloor: 0.05,
-	FarQuantile: 0.99, FarFloor: 2.5, Missing: true, FioCentres: true, ConfidentRight: 0.95, WrongLow: 0.9}
+	FarQuantile: 0.99, FarFloor: 2.5, Missing: true, FioCentres: true, EarlyCentres: true, FarPastNear: true, ConfidentRight: 0.95, WrongLow: 0.9}
 
 // Fit returns base with its features' scales and its workload boxes set
 // from the settled training windows of obs: per class and feature, the
@@ -191,25 +212,10 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 	}
 	// A class without programs' windows has no centre to keep its fio
 	// windows apart from: they train its centre.
-	programs := map[Workload]bool{}
-	for _, o := range obs {
-		if o.Source != "fio" && o.Settled && !o.Layout && o.Expected(base) != classifier.Idle {
-			programs[o.Truth] = true
-		}
-	}
-	apart := map[Workload][]float64{}
-	for _, o := range obs {
-		if o.Source != "fio" || !o.Settled || !programs[o.Truth] || o.Expected(base) == classifier.Idle {
-			continue
-		}
-		c, ok := progs.Class(string(o.Truth))
-		if !ok {
-			continue
-		}
-		if d := progs.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(d) {
-			apart[o.Truth] = append(apart[o.Truth], d)
-		}
-	}
+	programs := programClasses(base, obs)
+	apart := distancesFromOwn(progs, base, obs, func(o Observation) bool {
+		return o.Source == "fio" && o.Settled && programs[o.Truth]
+	})
 	opt.ownFio = map[Workload]bool{}
 	var why []string
 	for _, c := range Workloads {
@@ -222,11 +228,18 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 		opt.ownFio[c] = med >= FioApart
 		why = append(why, fmt.Sprintf("%s %.1f", c, med))
 	}
+	early := map[Workload]string{}
+	if opt.EarlyCentres {
+		opt.ownEarly, early = earlyApart(progs, base, obs, programs)
+	}
 	r, err := fitHeld(base, obs, opt)
 	if err != nil {
 		return nil, err
 	}
 	for i, c := range r.m.Classes {
+		if why := early[Workload(c.Name)]; why != "" {
+			r.m.Classes[i].Source += "; " + why
+		}
 		if !programs[Workload(c.Name)] && hasFio(obs, Workload(c.Name)) {
 			r.m.Classes[i].Source += "; none of its programs' windows past their first minutes and layout is active at the host" +
 				" (what they did stayed in the guest's page cache: idle is right for those), so its fio model's windows alone train it"
@@ -242,6 +255,75 @@ func fitFioCentres(base *classifier.Model, obs []Observation, opt FitOptions) (*
 		r.m.Classes[i].Source += fmt.Sprintf("; %s: the fio windows' median distance from the programs' centres (units): %s, %.0f or more for a centre of their own", how, strings.Join(why, ", "), FioApart)
 	}
 	return r.m, nil
+}
+
+// programClasses are the classes with settled windows of their programs
+// (not their fio models') past the layout and active at the host.
+func programClasses(base *classifier.Model, obs []Observation) map[Workload]bool {
+	programs := map[Workload]bool{}
+	for _, o := range obs {
+		if o.Source != "fio" && o.Settled && !o.Layout && o.Expected(base) != classifier.Idle {
+			programs[o.Truth] = true
+		}
+	}
+	return programs
+}
+
+// distancesFromOwn returns, per workload, the distances of the windows of
+// obs that keep selects and are active at the host from progs' centre of
+// their own class.
+func distancesFromOwn(progs, base *classifier.Model, obs []Observation, keep func(Observation) bool) map[Workload][]float64 {
+	apart := map[Workload][]float64{}
+	for _, o := range obs {
+		if !keep(o) || o.Expected(base) == classifier.Idle {
+			continue
+		}
+		c, ok := progs.Class(string(o.Truth))
+		if !ok {
+			continue
+		}
+		if d := progs.Distance(c, o.Inputs, o.GuestFS); !math.IsNaN(d) {
+			apart[o.Truth] = append(apart[o.Truth], d)
+		}
+	}
+	return apart
+}
+
+// earlyApart returns the classes with programs' windows whose early
+// windows (EarlyCentres) lie FioApart or more (the median over them) from
+// progs' centre of the class, and for each class with early windows what
+// was measured.
+func earlyApart(progs, base *classifier.Model, obs []Observation, programs map[Workload]bool) (map[Workload]bool, map[Workload]string) {
+	apart := distancesFromOwn(progs, base, obs, func(o Observation) bool {
+		return o.Source != "fio" && !o.Settled && !o.Layout && programs[o.Truth]
+	})
+	own, why := map[Workload]bool{}, map[Workload]string{}
+	for c, d := range apart {
+		sort.Float64s(d)
+		med := quantile(d, 0.5)
+		own[c] = med >= FioApart
+		how := "its programs' early windows (past their layout, before the first 3 minutes end) train no centre: they lie"
+		if own[c] {
+			how = "its programs' early windows (past their layout, before the first 3 minutes end) have a centre of their own (others): they lie"
+		}
+		why[c] = fmt.Sprintf("%s %.1f units from its settled centre (the median of %d windows), %.0f or more for a centre of their own", how, med, len(d), FioApart)
+	}
+	return own, why
+}
+
+// describeEarly says what a class's early centre is fitted on.
+func describeEarly(class string, obs []Observation, base *classifier.Model) string {
+	windows := 0
+	runs, pairs := map[string]bool{}, map[string]bool{}
+	for _, o := range obs {
+		if o.Settled || o.Layout || o.Source == "fio" || o.Expected(base) != class {
+			continue
+		}
+		windows++
+		runs[o.Run] = true
+		pairs[PairOf(o.Pair)] = true
+	}
+	return fmt.Sprintf("fitted (tests/workload DefaultFit) on %d early windows of %d Filebench runs on %d guest/host pairs", windows, len(runs), len(pairs))
 }
 
 // heldFit is a model fitted with its far ramp, softmax, temperature and
@@ -342,7 +424,22 @@ func fitHeld(base *classifier.Model, obs []Observation, opt FitOptions) (heldFit
 			judged++
 		}
 	}
-	return calibrate(m, base, held, judged, opt), nil
+	if !opt.FarPastNear {
+		return calibrate(m, base, held, judged, opt), nil
+	}
+	// The confidence is calibrated with no far ramp; far then starts no
+	// nearer than where its near ramp ends, so it only names mixed a disk
+	// too far from every class for any confidence.
+	far := m.Far
+	m.Far = classifier.Ramp{Above: []float64{1e3, 1e3 + 1}}
+	r := calibrate(m, base, held, judged, opt)
+	if end := r.m.Confidence.Near.Bounds()[1]; end > lo {
+		lo, hi = round2(end), round2(math.Max(hi, end+1))
+		far.Above = []float64{lo, hi}
+		far.Source += fmt.Sprintf("; raised to where the confidence's near ramp reaches 0 (%.2f): a disk nearer than that keeps its nearest class, at the confidence that ramp gives", end)
+	}
+	r.m.Far = far
+	return r, nil
 }
 
 // heldOut is a window held out inside the training set: its distances
@@ -523,10 +620,15 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 	windows := map[string]int{}
 	for _, o := range obs {
 		c := o.Expected(base)
-		if !o.Settled || o.Layout || c == classifier.Idle {
+		if o.Layout || c == classifier.Idle {
 			continue
 		}
-		if opt.ownFio[o.Truth] && o.Source == "fio" {
+		switch {
+		case !o.Settled && opt.ownEarly[o.Truth] && o.Source != "fio":
+			c += earlyCentre
+		case !o.Settled:
+			continue
+		case opt.ownFio[o.Truth] && o.Source == "fio":
 			c += fioCentre
 		}
 		windows[c]++
@@ -562,7 +664,7 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 			if k.feature != f.Name || (isGuest[f.Name] && k.guest == "") || (!isGuest[f.Name] && k.guest != "") {
 				continue
 			}
-			if strings.HasSuffix(k.class, fioCentre) {
+			if strings.HasSuffix(k.class, fioCentre) || strings.HasSuffix(k.class, earlyCentre) {
 				// A fio model's windows lie closer together than any
 				// program's: a unit is set by the programs' spread.
 				continue
@@ -649,6 +751,10 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 			fio.Source = describeFit(c.Name, obs, base, "fio") + ": " + describeBox(fio)
 			nc.Others = []classifier.Class{fio}
 		}
+		if early, ok := centre(c.Name+earlyCentre, "early"); ok {
+			early.Source = describeEarly(c.Name, obs, base) + ": " + describeBox(early)
+			nc.Others = append(nc.Others, early)
+		}
 		nc.Source = describeFit(c.Name, obs, base, src) + ": " + describeBox(nc)
 		m.Classes[i] = nc
 	}
@@ -661,6 +767,10 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 // fioCentre files a class's fio windows apart from its programs'
 // (FioCentres).
 const fioCentre = "/fio"
+
+// earlyCentre files a class's early windows apart from its settled ones
+// (EarlyCentres).
+const earlyCentre = "/early"
 
 // quantile returns the q quantile of sorted s by linear interpolation.
 func quantile(s []float64, q float64) float64 {

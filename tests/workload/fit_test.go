@@ -288,3 +288,69 @@ func TestFitCentres(t *testing.T) {
 		}
 	}
 }
+
+// TestFitEarlyCentres checks EarlyCentres and FarPastNear: a class whose
+// early windows (past the layout, before the settle) lie apart from its
+// settled ones gets a centre of its own for them, named early, which
+// classes such a window as its own; a class whose early windows look like
+// its settled ones gets none; a layout window trains nothing; without the
+// option no early centre is fitted; and far starts no nearer than where the
+// confidence's near ramp ends.
+func TestFitEarlyCentres(t *testing.T) {
+	base := liveModel(t)
+	pairs := []string{"ext4/xfs/raw", "xfs/ext4/qcow2", "btrfs/btrfs/raw", "btrfs/xfs/raw", "ext4/ext4/raw"}
+	obs := mailAndFileserver(pairs, []float64{120, 150, 210, 240, 270}, 0.5)
+	for i, pair := range pairs {
+		d := float64(i) * 0.02
+		for _, end := range []float64{210, 240, 270} {
+			obs = append(obs, synthetic(Web, pair, end, 700+10*d, 18, 512, 0.06+d, 0.1))
+		}
+		// Web's first reads: small writes of access times behind them.
+		for _, end := range []float64{90, 120, 150} {
+			obs = append(obs, synthetic(Web, pair, end, 40+d, 18, 40, 0.02, 0.02))
+		}
+		// Its layout: write-only, trains nothing.
+		layout := synthetic(Web, pair, 60, 0, 0, 128, 0, 0)
+		layout.Layout = true
+		obs = append(obs, layout)
+	}
+	early := func(c classifier.Class) (classifier.Class, bool) {
+		for _, o := range c.Others {
+			if o.Name == "early" {
+				return o, true
+			}
+		}
+		return classifier.Class{}, false
+	}
+	m, err := Fit(base, obs, DefaultFit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, mail := classOf(t, m, "web"), classOf(t, m, "mail")
+	e, ok := early(web)
+	if !ok {
+		t.Fatalf("web's early windows lie apart from its settled ones: want an early centre, got others %v", web.Others)
+	}
+	if b := e.Box[classifier.ReadWriteLog2]; math.Abs(b[0]-math.Log2(40.04)) > 0.05 {
+		t.Errorf("web's early read/write centre %v, want the early windows' median log2(40.04) (no layout window in it)", b)
+	}
+	if _, ok := early(mail); ok {
+		t.Errorf("mail's early windows are its settled ones' shape: want no early centre, got others %v", mail.Others)
+	}
+	first := synthetic(Web, "xfs/xfs/raw", 120, 41, 18, 40, 0.02, 0.02)
+	if r := m.Classify(first.Inputs, first.IOPS, first.GuestFS); r.Class != "web" {
+		t.Errorf("a web window of first reads: classed %s (distances %v), want web", r.Class, r.Distances)
+	}
+	if far, near := m.Far.Bounds()[0], m.Confidence.Near.Bounds()[1]; far < near {
+		t.Errorf("far starts at %.2f, nearer than the near ramp's end %.2f", far, near)
+	}
+	opt := DefaultFit
+	opt.EarlyCentres = false
+	m, err = Fit(base, obs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := early(classOf(t, m, "web")); ok {
+		t.Error("EarlyCentres off: want no early centre")
+	}
+}
