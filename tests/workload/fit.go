@@ -101,7 +101,8 @@ type FitOptions struct {
 	// (webserver's first reads dirty each file's access time, which a
 	// relatime guest writes back as small random writes), a shape it
 	// leaves once its files have all been touched. Without it those
-	// windows train nothing.
+	// windows train nothing. It acts with FioCentres (Fit's path that
+	// sets centres apart).
 	EarlyCentres bool
 	// ownEarly are the classes whose early windows Fit gives a centre of
 	// their own.
@@ -666,7 +667,8 @@ func fitBoxes(base *classifier.Model, obs []Observation, opt FitOptions) (*class
 			}
 			if strings.HasSuffix(k.class, fioCentre) || strings.HasSuffix(k.class, earlyCentre) {
 				// A fio model's windows lie closer together than any
-				// program's: a unit is set by the programs' spread.
+				// program's, and early windows are a passing shape: a
+				// unit is set by the programs' settled spread.
 				continue
 			}
 			mean := 0.0
